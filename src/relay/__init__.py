@@ -1,0 +1,1 @@
+"""Relay: an event-driven function runner."""
