@@ -6,6 +6,38 @@ exactly one handler, and a unit test checks the table is complete.
 
 from __future__ import annotations
 
+from typing import Any
+
 from relay.domain.messages import Command
 
 __all__ = ["Command"]
+
+
+# --- control plane: sent by the control socket (and so by the CLI) -----------------
+class GetPoolState(Command, frozen=True, kw_only=True):
+    """Return the live warm-pool snapshot of ``function`` (``None`` if it has no pool)."""
+
+    function: str
+
+
+class ResetStats(Command, frozen=True, kw_only=True):
+    """Zero the persisted cumulative statistics from now on (a worker-owned baseline)."""
+
+
+class InvokeFunction(Command, frozen=True, kw_only=True):
+    """Run every event rule of ``function`` that matches ``event`` on the live
+    runtime, outside the delivery lifecycle (no stream, ledger, DLQ or event
+    counters)."""
+
+    function: str
+    event: dict[str, Any]
+
+
+class ReplayDeadLetter(Command, frozen=True, kw_only=True):
+    """Re-run one DLQ entry's exact handler; delete the entry only on success."""
+
+    entry_id: str
+
+
+class GetHealth(Command, frozen=True, kw_only=True):
+    """Report whether this worker is ready (started, Redis and Docker answering)."""
