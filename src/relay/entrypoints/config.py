@@ -1,0 +1,293 @@
+"""Configuration: every environment variable read once, at the entrypoint.
+
+:func:`load_settings` turns a mapping (``os.environ`` in production, a dict in tests)
+into a frozen :class:`Settings`. Every rule of the spec's configuration table is
+enforced here; an invalid value raises :class:`ConfigError` whose message lists one
+line per problem, each naming the variable and what it accepts.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from relay.domain.durations import MINUTE, DurationError, parse_duration
+from relay.domain.errors import ConfigError
+
+T = TypeVar("T")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
+KIB = 1024
+MIB = 1024 * KIB
+DEFAULT_MAX_EVENT_BYTES = 256 * KIB
+HARD_MAX_EVENT_BYTES = 1 * MIB
+DEFAULT_STATE_DIR = Path("/var/lib/relay")
+DEFAULT_RUN_DIR = Path("/run/relay")
+DEFAULT_FUNCTIONS_DIR = Path("/functions")
+
+
+@dataclass(frozen=True, slots=True)
+class ListenAddress:
+    """A ``host:port`` listen address; an empty host means every interface."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    """Where Relay keeps state. Fixed in production; injectable for tests and host runs."""
+
+    state_dir: Path = DEFAULT_STATE_DIR
+    run_dir: Path = DEFAULT_RUN_DIR
+
+    @property
+    def database(self) -> Path:
+        return self.state_dir / "db.sqlite3"
+
+    @property
+    def secrets_dir(self) -> Path:
+        return self.state_dir / "secrets"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.run_dir / "relay.lock"
+
+    @property
+    def socket(self) -> Path:
+        return self.run_dir / "relay.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSettings:
+    url: str
+    stream: str
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class TraefikSettings:
+    network: str | None = None
+    entrypoints: tuple[str, ...] = ()
+    certresolver: str | None = None
+    priority: int | None = None
+    host_override: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything ``relay start`` needs from the environment, validated."""
+
+    redis: RedisSettings
+    stream_retention_ns: int | None = None
+    metrics_addr: ListenAddress | None = None
+    git_webhook_addr: ListenAddress | None = None
+    log_level: str = "INFO"
+    max_concurrency: int = 8
+    max_buffered_events: int = 16
+    networks: tuple[str, ...] = ()
+    warm_idle_timeout_ns: int = 5 * MINUTE
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    traefik: TraefikSettings = field(default_factory=TraefikSettings)
+    hostname: str = ""
+    paths: Paths = field(default_factory=Paths)
+
+
+class _Collector:
+    """Reads variables and remembers every problem, so all are reported at once."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.problems: list[str] = []
+
+    def raw(self, name: str) -> str | None:
+        value = self.env.get(name)
+        if value is None or value.strip() == "":
+            return None
+        return value.strip()
+
+    def required(self, name: str, accepts: str) -> str:
+        value = self.raw(name)
+        if value is None:
+            self.problems.append(f"{name} is required: {accepts}")
+            return ""
+        return value
+
+    def parse(self, name: str, parser: Callable[[str], T], default: T, accepts: str) -> T:
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            return parser(value)
+        except ValueError:
+            self.problems.append(f"{name}={self.env.get(name, '')!r} is invalid: {accepts}")
+            return default
+
+
+def load_settings(env: Mapping[str, str]) -> Settings:
+    """Validate the environment into :class:`Settings` or raise :class:`ConfigError`."""
+    c = _Collector(env)
+    uri = c.required("REDIS_URI", "host:port, redis://[user:password@]host:port or rediss://...")
+    stream = c.required("REDIS_STREAM", "the name of the stream to consume")
+    group = c.required("REDIS_GROUP", "the consumer group name")
+    redis_url = ""
+    if uri:
+        redis_url = c.parse("REDIS_URI", parse_redis_uri, "", _REDIS_URI_ACCEPTS)
+    settings = Settings(
+        redis=RedisSettings(url=redis_url, stream=stream, group=group),
+        stream_retention_ns=c.parse(
+            "REDIS_STREAM_RETENTION", positive_duration, None, "a positive Go duration such as 6h"
+        ),
+        metrics_addr=c.parse("METRICS_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
+        git_webhook_addr=c.parse("GIT_WEBHOOK_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
+        log_level=c.parse("LOG_LEVEL", parse_log_level, "INFO", "one of DEBUG, INFO, WARN, ERROR"),
+        max_concurrency=c.parse("MAX_CONCURRENCY", positive_int, 8, "a positive integer"),
+        max_buffered_events=c.parse("MAX_BUFFERED_EVENTS", positive_int, 16, "a positive integer"),
+        networks=parse_list(env.get("NETWORKS", "")),
+        warm_idle_timeout_ns=c.parse(
+            "WARM_CONTAINER_IDLE_TIMEOUT",
+            positive_duration,
+            5 * MINUTE,
+            "a positive Go duration such as 90s or 5m",
+        ),
+        max_event_bytes=c.parse(
+            "MAX_EVENT_BYTES",
+            parse_event_bytes,
+            DEFAULT_MAX_EVENT_BYTES,
+            "a size from 1 byte to 1MiB, in bytes or with a KiB/MiB suffix",
+        ),
+        traefik=TraefikSettings(
+            network=c.raw("TRAEFIK_NETWORK"),
+            entrypoints=parse_list(env.get("TRAEFIK_ENTRYPOINTS", "")),
+            certresolver=c.raw("TRAEFIK_CERTRESOLVER"),
+            priority=c.parse("TRAEFIK_PRIORITY", positive_int, None, "a positive integer"),
+            host_override=c.raw("TRAEFIK_HOST_OVERRIDE"),
+        ),
+        hostname=c.raw("RELAY_HOSTNAME") or socket.gethostname(),
+        paths=load_paths(env),
+    )
+    if c.problems:
+        raise ConfigError("\n".join(c.problems))
+    return settings
+
+
+def load_paths(env: Mapping[str, str]) -> Paths:
+    """State and run directories. ``RELAY_STATE_DIR``/``RELAY_RUN_DIR`` exist for tests
+    and host-side runs; in a container the fixed defaults are what you want."""
+    state = env.get("RELAY_STATE_DIR", "").strip()
+    run = env.get("RELAY_RUN_DIR", "").strip()
+    return Paths(
+        state_dir=Path(state) if state else DEFAULT_STATE_DIR,
+        run_dir=Path(run) if run else DEFAULT_RUN_DIR,
+    )
+
+
+def load_redis_settings(env: Mapping[str, str], *, need_group: bool = True) -> RedisSettings:
+    """The Redis part alone, for admin commands (``relay dlq``, ``relay trace``)."""
+    c = _Collector(env)
+    uri = c.required("REDIS_URI", "host:port, redis://[user:password@]host:port or rediss://...")
+    stream = c.required("REDIS_STREAM", "the name of the stream to consume")
+    group = c.required("REDIS_GROUP", "the consumer group name") if need_group else ""
+    url = c.parse("REDIS_URI", parse_redis_uri, "", _REDIS_URI_ACCEPTS) if uri else ""
+    if c.problems:
+        raise ConfigError("\n".join(c.problems))
+    return RedisSettings(url=url, stream=stream, group=group)
+
+
+_REDIS_URI_ACCEPTS = "host:port, redis://[user:password@]host:port or rediss://..."
+_ADDR_ACCEPTS = "a listen address host:port or :port, with a port from 1 to 65535"
+
+
+def parse_redis_uri(value: str) -> str:
+    """Return a URL redis-py understands: plain ``host:port`` becomes ``redis://host:port``."""
+    if "://" in value:
+        parts = urlsplit(value)
+        if parts.scheme not in ("redis", "rediss"):
+            raise ValueError(value)
+        if not parts.hostname:
+            raise ValueError(value)
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(value) from None
+        if port is not None and not 1 <= port <= 65535:
+            raise ValueError(value)
+        return value
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host or any(ch in host for ch in "/@ "):
+        raise ValueError(value)
+    port = _port(port_text)
+    return f"redis://{host}:{port}"
+
+
+def parse_listen_address(value: str) -> ListenAddress:
+    host, sep, port_text = value.rpartition(":")
+    if not sep or " " in host:
+        raise ValueError(value)
+    return ListenAddress(host=host.strip("[]"), port=_port(port_text))
+
+
+def parse_log_level(value: str) -> str:
+    level = value.strip().upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(value)
+    return level
+
+
+def positive_int(value: str) -> int:
+    text = value.strip()
+    if not text.isdigit():
+        raise ValueError(value)
+    number = int(text)
+    if number <= 0:
+        raise ValueError(value)
+    return number
+
+
+def positive_duration(value: str) -> int:
+    try:
+        ns = parse_duration(value)
+    except DurationError:
+        raise ValueError(value) from None
+    if ns <= 0:
+        raise ValueError(value)
+    return ns
+
+
+def parse_event_bytes(value: str) -> int:
+    text = value.strip()
+    scale = 1
+    for suffix, size in (("KiB", KIB), ("MiB", MIB)):
+        if text.endswith(suffix):
+            text, scale = text[: -len(suffix)].strip(), size
+            break
+    number = positive_int(text) * scale
+    if number > HARD_MAX_EVENT_BYTES:
+        raise ValueError(value)
+    return number
+
+
+def parse_list(value: str) -> tuple[str, ...]:
+    """Comma list: entries trimmed, empties dropped, duplicates removed, order kept."""
+    seen: dict[str, None] = {}
+    for item in value.split(","):
+        entry = item.strip()
+        if entry:
+            seen.setdefault(entry, None)
+    return tuple(seen)
+
+
+def _port(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError(text)
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise ValueError(text)
+    return port
