@@ -7,7 +7,12 @@ role (``RedisEventStream``); in-memory fakes for unit tests live in
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from pathlib import Path
 from typing import Protocol
+
+from relay.domain.execution import InvocationRequest, InvocationResult, PoolSnapshot
+from relay.domain.functions import BuildTemplate, FunctionImage
 
 
 # --- time and randomness ---------------------------------------------------------
@@ -31,5 +36,74 @@ class TokenSource(Protocol):
 
 # --- event stream and invocation ledger (delivery) --------------------------------
 # --- container runtime (execution) ------------------------------------------------
+class ContainerRuntime(Protocol):
+    """Warm, hardened execution containers, one pool per function and image version.
+
+    Implemented by ``relay.adapters.docker.runtime.DockerContainerRuntime``.
+    """
+
+    def activate(self, function: str, image: str, runtime: str, capacity: int) -> None:
+        """Make ``image`` the function's current version (an image change drains
+        the old one) and set its pool capacity (resized live)."""
+        ...
+
+    def remove(self, function: str) -> None:
+        """The function is gone: idle containers go now, busy ones on release."""
+        ...
+
+    async def invoke(self, request: InvocationRequest) -> InvocationResult:
+        """Lease a warm container (created lazily up to capacity), run one
+        request in it, then release or discard it. A handler failure is a
+        result, not an exception; raises ``RuntimeUnavailable`` only when no
+        container could serve the request (the handler never ran)."""
+        ...
+
+    def snapshot(self, function: str) -> PoolSnapshot | None:
+        """Live gauges and cumulative counters; ``None`` for an unknown function."""
+        ...
+
+    async def aclose(self) -> None:
+        """Discard every container (reason ``shutdown``)."""
+        ...
+
+
 # --- images and functions (lifecycle) ---------------------------------------------
+class ImageBuilder(Protocol):
+    """Builds, reuses and retires function images (``relay-fn-*``) and their
+    shared dependency images (``relay-dep-*``).
+
+    Implemented by ``relay.adapters.docker.images.DockerImageBuilder``.
+    """
+
+    async def prepare(
+        self, function: str, directory: Path, template: BuildTemplate
+    ) -> FunctionImage:
+        """The image for the function's current source: reused without a build
+        when its tag exists, else built (dependency image first). Raises
+        ``BuildError`` (one line; ``output`` holds the capped build log)."""
+        ...
+
+    async def retire(self, function: str, keep: Collection[str]) -> list[str]:
+        """Remove the function's images not in ``keep`` and not referenced by any
+        container's ``relay.image`` label; then collect unreferenced dependency
+        images. Returns the removed function image tags (or ids)."""
+        ...
+
+    async def collect_dependency_images(self) -> list[str]:
+        """Remove ``relay-dep-*`` images no function image is built from."""
+        ...
+
+
 # --- state view, stats and secrets -------------------------------------------------
+class SecretStore(Protocol):
+    """Named secret values. ``get`` raises ``SecretNotFound``."""
+
+    def get(self, name: str) -> str: ...
+
+    def names(self) -> list[str]: ...
+
+    def set(self, name: str, value: str) -> None: ...
+
+    def remove(self, name: str) -> None: ...
+
+

@@ -5,3 +5,130 @@ from __future__ import annotations
 from relay.domain.messages import DomainEvent
 
 __all__ = ["DomainEvent"]
+
+
+# --- execution: warm container pool (observed by metrics and stats) ---------------
+class ContainerAcquired(DomainEvent, frozen=True, kw_only=True):
+    """A container was leased: ``outcome`` is ``warm`` (an idle one was reused,
+    possibly after a wait) or ``cold`` (a fresh one was started). ``wait_s`` is
+    the end-to-end acquire time, including any wait and the cold start."""
+
+    function: str
+    outcome: str
+    wait_s: float
+
+
+class ContainerDiscarded(DomainEvent, frozen=True, kw_only=True):
+    """A container was torn down instead of pooled; ``reason`` is one of
+    ``relay.domain.execution.DISCARD_REASONS`` (removal-time discards are not
+    reported)."""
+
+    function: str
+    reason: str
+
+
+class ContainerWaited(DomainEvent, frozen=True, kw_only=True):
+    """An acquire blocked at the pool bound (``runtime_container_waits_total``)."""
+
+    function: str
+
+
+# --- function lifecycle (observed by the state view and logs) ----------------------
+class HandlerSummary(DomainEvent, frozen=True, kw_only=True):
+    """An event rule as the state view shows it."""
+
+    handler: str
+    timeout_ns: int
+    retries: int
+
+
+class ScheduleSummary(DomainEvent, frozen=True, kw_only=True):
+    """A schedule as the state view shows it."""
+
+    handler: str
+    cron: str
+    timezone: str
+    timeout_ns: int
+    retries: int
+
+
+class ServiceSummary(DomainEvent, frozen=True, kw_only=True):
+    """A service as the state view shows it: its one source plus routing and size."""
+
+    entrypoint: str | None = None
+    build: str | None = None
+    image: str | None = None
+    host: str | None = None
+    path: str | None = None
+    port: int = 80
+    replicas: int = 1
+
+
+class FunctionSummary(DomainEvent, frozen=True, kw_only=True):
+    """What the state view records of a template: env values and secret
+    REFERENCES (names in the secret store), never secret values."""
+
+    runtime: str | None
+    concurrency: int
+    handlers: tuple[HandlerSummary, ...] = ()
+    schedules: tuple[ScheduleSummary, ...] = ()
+    services: tuple[ServiceSummary, ...] = ()
+    env: dict[str, str] = {}
+    secrets: dict[str, str] = {}
+
+
+class FunctionDiscovered(DomainEvent, frozen=True, kw_only=True):
+    """A function with a valid template and no serving version yet: it is
+    ``pending`` (its matched events stay pending) while its first image builds."""
+
+    name: str
+    directory: str
+    summary: FunctionSummary
+    at: float
+
+
+class FunctionSkipped(DomainEvent, frozen=True, kw_only=True):
+    """A directory that is not a function (invalid name); logged once, not served."""
+
+    name: str
+    reason: str
+    at: float
+
+
+class FunctionPrepared(DomainEvent, frozen=True, kw_only=True):
+    """A version of ``name`` is ready and now serving (``built`` is False when an
+    existing image for the fingerprint was reused). ``fingerprint`` is the full
+    64-hex SHA-256 of the selected source."""
+
+    name: str
+    directory: str
+    runtime: str | None
+    image: str
+    fingerprint: str
+    dependency_image: str | None
+    built: bool
+    prepared_at: float
+    summary: FunctionSummary
+
+
+class FunctionReconcileFailed(DomainEvent, frozen=True, kw_only=True):
+    """A reconcile of ``name`` failed (invalid template or failed build). The
+    previous version, if any, keeps serving: ``image``/``fingerprint``/
+    ``prepared_at``/``summary`` describe it (``image`` None: never built, and
+    ``summary`` is then the new template's when it was valid)."""
+
+    name: str
+    error: str
+    at: float
+    runtime: str | None = None
+    image: str | None = None
+    fingerprint: str | None = None
+    prepared_at: float | None = None
+    summary: FunctionSummary | None = None
+
+
+class FunctionRemoved(DomainEvent, frozen=True, kw_only=True):
+    """``name`` no longer matches events; its in-flight work drains, its images go."""
+
+    name: str
+    at: float

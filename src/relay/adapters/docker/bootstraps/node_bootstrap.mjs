@@ -1,0 +1,138 @@
+// Relay's Node bootstrap: one long-lived process serving one request at a time.
+//
+// Runs as `node /relay/bootstrap.mjs` inside a warm execution container.
+// Requests arrive one per line on stdin; answers go to a separately opened
+// handle on stdout, while process.stdout.write (console.log) is pointed at
+// stderr. A stray write to fd 1 lacks the request's nonce and is treated as
+// output by Relay, never as a result.
+import fs from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+
+const GRACE_MS = Number(process.env.RELAY_GRACE_S || '2') * 1000;
+const IDLE_MS = Number(process.env.RELAY_IDLE_DEADLINE_S || '330') * 1000;
+const APP_DIR = process.env.RELAY_APP_DIR || process.cwd();
+const END_MARKER = '\x1erelay-end:';
+
+const frameFd = fs.openSync('/proc/self/fd/1', 'w');
+const stderrWrite = process.stderr.write.bind(process.stderr);
+process.stdout.write = (chunk, encoding, callback) => stderrWrite(chunk, encoding, callback);
+
+function writeAll(fd, text) {
+  const data = Buffer.from(text);
+  let offset = 0;
+  while (offset < data.length) offset += fs.writeSync(fd, data, offset);
+}
+
+// Backstop deadline that works even when a handler blocks the event loop: a
+// watchdog thread kills the process once a request runs past timeout + grace.
+const deadline = new BigInt64Array(new SharedArrayBuffer(8));
+const watchdog = new Worker(
+  `const { workerData } = require('node:worker_threads');
+   const d = new BigInt64Array(workerData);
+   const tick = new Int32Array(new SharedArrayBuffer(4));
+   for (;;) {
+     Atomics.wait(tick, 0, 0, 250);
+     const at = Atomics.load(d, 0);
+     if (at > 0n && BigInt(Date.now()) > at) {
+       require('node:fs').writeSync(2, 'relay: handler ran past its deadline, exiting\\n');
+       process.kill(process.pid, 'SIGKILL');
+     }
+   }`,
+  { eval: true, workerData: deadline.buffer },
+);
+watchdog.unref();
+
+let idleTimer = null;
+function armIdle() {
+  if (idleTimer) clearTimeout(idleTimer);
+  idleTimer = setTimeout(() => process.exit(0), IDLE_MS);
+}
+
+function resolveModule(handler) {
+  const cut = handler.lastIndexOf('.');
+  if (cut <= 0 || cut === handler.length - 1) {
+    throw new Error(`handler "${handler}" must be module.function`);
+  }
+  const base = path.join(APP_DIR, ...handler.slice(0, cut).split('.'));
+  const candidates = [`${base}.mjs`, `${base}.js`, path.join(base, 'index.mjs'), path.join(base, 'index.js')];
+  for (const file of candidates) {
+    try {
+      if (fs.statSync(file).isFile()) return [file, handler.slice(cut + 1)];
+    } catch {
+      // not this candidate
+    }
+  }
+  throw new Error(`no module for handler "${handler}" (looked for ${candidates.join(', ')})`);
+}
+
+function describe(err) {
+  if (err instanceof Error) return `${err.name}: ${String(err.message).split('\n')[0]}`.slice(0, 500);
+  return String(err).split('\n')[0].slice(0, 500);
+}
+
+async function serveOne(line) {
+  if (idleTimer) clearTimeout(idleTimer);
+  let request;
+  try {
+    request = JSON.parse(line);
+    if (typeof request.id !== 'string' || typeof request.handler !== 'string') throw new Error('missing id or handler');
+  } catch (err) {
+    writeAll(frameFd, JSON.stringify({ id: null, ok: false, error: `bad request: ${describe(err)}` }) + '\n');
+    return;
+  }
+  const env = { ...(request.env || {}), RELAY_HANDLER: request.handler };
+  const saved = {};
+  for (const [key, value] of Object.entries(env)) {
+    saved[key] = Object.prototype.hasOwnProperty.call(process.env, key) ? process.env[key] : undefined;
+    process.env[key] = String(value);
+  }
+  const timeoutMs = Number(request.timeout_s || 6) * 1000;
+  Atomics.store(deadline, 0, BigInt(Date.now() + timeoutMs + GRACE_MS));
+  let ok = true;
+  let error = '';
+  try {
+    const [file, name] = resolveModule(request.handler);
+    const mod = await import(pathToFileURL(file).href);
+    const fn = mod[name] ?? mod.default?.[name];
+    if (typeof fn !== 'function') throw new Error(`module ${file} has no function "${name}"`);
+    await fn(JSON.parse(request.event));
+  } catch (err) {
+    process.stderr.write(`${err && err.stack ? err.stack : String(err)}\n`);
+    ok = false;
+    error = describe(err);
+  } finally {
+    Atomics.store(deadline, 0, 0n);
+    for (const [key, old] of Object.entries(saved)) {
+      if (old === undefined) delete process.env[key];
+      else process.env[key] = old;
+    }
+  }
+  writeAll(2, `${END_MARKER}${request.id}\n`);
+  writeAll(frameFd, JSON.stringify({ id: request.id, ok, error }) + '\n');
+}
+
+process.on('unhandledRejection', (reason) => {
+  process.stderr.write(`unhandled rejection: ${reason && reason.stack ? reason.stack : String(reason)}\n`);
+});
+process.on('uncaughtException', (err) => {
+  process.stderr.write(`uncaught exception: ${err && err.stack ? err.stack : String(err)}\n`);
+});
+
+let buffer = '';
+let queue = Promise.resolve();
+process.stdin.setEncoding('utf8');
+process.stdin.on('data', (chunk) => {
+  buffer += chunk;
+  let cut;
+  while ((cut = buffer.indexOf('\n')) >= 0) {
+    const line = buffer.slice(0, cut);
+    buffer = buffer.slice(cut + 1);
+    if (!line.trim()) continue;
+    if (idleTimer) clearTimeout(idleTimer);
+    queue = queue.then(() => serveOne(line)).finally(armIdle);
+  }
+});
+process.stdin.on('end', () => process.exit(0));
+armIdle();

@@ -1,0 +1,141 @@
+"""Relay's Python bootstrap: one long-lived process serving one request at a time.
+
+Runs as ``python -u /relay/bootstrap.py`` inside a warm execution container.
+Requests arrive one per line on stdin; answers go to a private copy of stdout
+that the handler never holds (its fds 1 and 2 both point at stderr, fd 0 at
+/dev/null), so nothing the handler prints can forge a result. Standard library
+only: it runs on whatever Python the function image has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import faulthandler
+import importlib
+import inspect
+import json
+import os
+import select
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+GRACE_S = float(os.environ.get("RELAY_GRACE_S") or "2")
+IDLE_DEADLINE_S = float(os.environ.get("RELAY_IDLE_DEADLINE_S") or "330")
+APP_DIR = os.environ.get("RELAY_APP_DIR") or os.getcwd()
+END_MARKER = "\x1erelay-end:"
+_MISSING = object()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        # a handler may have replaced or closed them
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def _resolve(handler: str) -> Callable[[Any], Any]:
+    module_name, _, attr = handler.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"handler {handler!r} must be module.function")
+    module = importlib.import_module(module_name)
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise TypeError(f"module {module_name!r} has no function {attr!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _run(handler: str, event_text: str) -> None:
+    fn = _resolve(handler)
+    event = json.loads(event_text)
+    result = fn(event)
+    if inspect.isawaitable(result):
+        asyncio.run(_await(result))
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return detail[:500]
+
+
+def _serve_one(line: bytes, frames_fd: int) -> None:
+    try:
+        request = json.loads(line)
+        nonce = str(request["id"])
+        handler = str(request["handler"])
+        env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
+        timeout_s = float(request.get("timeout_s") or 6)
+        event_text = request["event"]
+    except Exception as exc:  # noqa: BLE001 - any malformed request is a protocol error
+        frame = {"id": None, "ok": False, "error": f"bad request: {_describe(exc)}"}
+        _write_all(frames_fd, (json.dumps(frame) + "\n").encode())
+        return
+    env["RELAY_HANDLER"] = handler
+    saved: dict[str, object] = {key: os.environ.get(key, _MISSING) for key in env}
+    os.environ.update(env)
+    # Backstop deadline inside the container: if Relay is gone (killed) and the
+    # handler hangs, the process exits by itself at timeout + grace.
+    faulthandler.dump_traceback_later(timeout_s + GRACE_S, exit=True, file=sys.stderr)
+    ok, error = True, ""
+    try:
+        _run(handler, event_text)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            ok, error = False, f"handler exited with status {exc.code}"
+    except Exception as exc:  # noqa: BLE001 - a handler failure is a result, not a crash
+        traceback.print_exc()
+        ok, error = False, _describe(exc)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        for key, old in saved.items():
+            if old is _MISSING:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = str(old)
+    _flush_std()
+    _write_all(2, (END_MARKER + nonce + "\n").encode())
+    _write_all(frames_fd, (json.dumps({"id": nonce, "ok": ok, "error": error}) + "\n").encode())
+
+
+def main() -> None:
+    # Private, close-on-exec copies of the protocol fds; the handler's fds 0/1/2
+    # become /dev/null, stderr, stderr.
+    frames_fd = os.dup(1)
+    requests_fd = os.dup(0)
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    if APP_DIR not in sys.path:
+        sys.path.insert(0, APP_DIR)
+    buffer = b""
+    while True:
+        while b"\n" not in buffer:
+            ready, _, _ = select.select([requests_fd], [], [], IDLE_DEADLINE_S)
+            if not ready:
+                os._exit(0)  # idle past Relay's own eviction: nobody will come back
+            chunk = os.read(requests_fd, 1 << 16)
+            if not chunk:
+                os._exit(0)  # stdin closed: Relay detached or died
+            buffer += chunk
+        line, buffer = buffer.split(b"\n", 1)
+        if line.strip():
+            _serve_one(line, frames_fd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The local secret store: one file per secret under ``<state dir>/secrets``.
+
+The directory is created with mode 0700; each value is written to a temporary
+file (mode 0600) in the same directory, fsynced and renamed into place, so a
+reader sees the old value or the new one, never a torn one. Symlinks are never
+followed (``O_NOFOLLOW``), and names are validated before they touch the path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets as _random
+import stat
+from pathlib import Path
+
+from relay.domain.errors import InvalidNameError, RelayError
+from relay.domain.execution import SecretNotFound
+
+_NAME = re.compile(r"[a-z0-9_-]([a-z0-9._-]{0,61}[a-z0-9_-])?")
+_TMP_PREFIX = ".tmp-"
+
+
+class SecretStoreError(RelayError):
+    """The secret store's directory or a secret file is unusable."""
+
+
+def validate_secret_name(name: str) -> str:
+    """Lowercase letters, digits, ``.``, ``_``, ``-``; no leading or trailing
+    ``.``; at most 63 characters."""
+    if not _NAME.fullmatch(name):
+        raise InvalidNameError(
+            f"invalid secret name {name!r}: use lowercase letters, digits, '.', '_' or '-', "
+            "no leading or trailing '.', at most 63 characters"
+        )
+    return name
+
+
+class FileSecretStore:
+    """``SecretStore`` on the local filesystem."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def _check_directory(self, *, create: bool) -> bool:
+        try:
+            info = os.lstat(self.directory)
+        except FileNotFoundError:
+            if not create:
+                return False
+            self.directory.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(self.directory, 0o700)
+            info = os.lstat(self.directory)
+        if not stat.S_ISDIR(info.st_mode):
+            raise SecretStoreError(f"secret store {self.directory} is not a directory")
+        if create and stat.S_IMODE(info.st_mode) != 0o700:
+            os.chmod(self.directory, 0o700)
+        return True
+
+    def get(self, name: str) -> str:
+        validate_secret_name(name)
+        if not self._check_directory(create=False):
+            raise SecretNotFound(f'secret "{name}" is not set')
+        path = self.directory / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise SecretNotFound(f'secret "{name}" is not set') from None
+        except OSError as exc:  # ELOOP: a symlink planted in place of the secret
+            raise SecretStoreError(f'secret "{name}" cannot be read: {exc.strerror}') from exc
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise SecretStoreError(f'secret "{name}" is not a regular file')
+            return handle.read().decode("utf-8")
+
+    def names(self) -> list[str]:
+        if not self._check_directory(create=False):
+            return []
+        found = []
+        for entry in os.scandir(self.directory):
+            if entry.name.startswith(_TMP_PREFIX) or not _NAME.fullmatch(entry.name):
+                continue
+            if entry.is_file(follow_symlinks=False):
+                found.append(entry.name)
+        return sorted(found)
+
+    def set(self, name: str, value: str) -> None:
+        validate_secret_name(name)
+        self._check_directory(create=True)
+        tmp = self.directory / f"{_TMP_PREFIX}{_random.token_hex(8)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(value.encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            # rename replaces a symlink at the target rather than writing through it
+            os.replace(tmp, self.directory / name)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def remove(self, name: str) -> None:
+        validate_secret_name(name)
+        if not self._check_directory(create=False):
+            raise SecretNotFound(f'secret "{name}" is not set')
+        try:
+            os.unlink(self.directory / name)
+        except FileNotFoundError:
+            raise SecretNotFound(f'secret "{name}" is not set') from None

@@ -1,0 +1,116 @@
+"""The execution vocabulary shared by the runtime port and its adapters.
+
+An :class:`InvocationRequest` is one handler run; an :class:`InvocationResult`
+says how it ended. A :class:`PoolSnapshot` is the live view of one function's
+warm container pool (the gauges ``relay function inspect`` shows).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from relay.domain.errors import RelayError
+
+# Why a container was discarded instead of returned to the warm pool. A closed
+# set: these are the only values of the ``reason`` metric label.
+DISCARD_TIMEOUT: Final = "timeout"
+DISCARD_PROCESS_EXIT: Final = "process_exit"
+DISCARD_PROTOCOL_ERROR: Final = "protocol_error"
+DISCARD_IMAGE_CHANGED: Final = "image_changed"
+DISCARD_IDLE_TIMEOUT: Final = "idle_timeout"
+DISCARD_CONCURRENCY_SHRINK: Final = "concurrency_shrink"
+DISCARD_SHUTDOWN: Final = "shutdown"
+# Removal-time discards are tombstoned: reported to nobody (no metric series).
+DISCARD_FUNCTION_REMOVED: Final = "function_removed"
+DISCARD_REASONS: Final = frozenset(
+    {
+        DISCARD_TIMEOUT,
+        DISCARD_PROCESS_EXIT,
+        DISCARD_PROTOCOL_ERROR,
+        DISCARD_IMAGE_CHANGED,
+        DISCARD_IDLE_TIMEOUT,
+        DISCARD_CONCURRENCY_SHRINK,
+        DISCARD_SHUTDOWN,
+    }
+)
+
+ACQUIRE_WARM: Final = "warm"
+ACQUIRE_COLD: Final = "cold"
+
+# Timeouts: rule default and hard cap (a rule's timeout is clamped to the cap).
+DEFAULT_TIMEOUT_NS: Final = 6_000_000_000
+MAX_TIMEOUT_NS: Final = 300_000_000_000
+
+
+class SlotUnavailable(RelayError):
+    """No concurrency slot within the bounded wait: leave the message pending
+    for a later redelivery, and never charge an attempt for it."""
+
+
+class SecretNotFound(RelayError):
+    """A secret reference names a secret that is not in the store."""
+
+
+class RuntimeUnavailable(RelayError):
+    """The container runtime cannot serve a function (removed, closed, or the
+    engine refused to start a container)."""
+
+
+class InvocationRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One handler run inside the function's warm container.
+
+    ``event`` is the event's JSON text. ``env`` is the full per-invocation
+    environment (template env plus resolved secrets; the runtime adds
+    ``RELAY_HANDLER``). ``context`` is the message or event id used to prefix
+    forwarded output lines; it may be empty.
+    """
+
+    function: str
+    handler: str
+    event: bytes
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    timeout_ns: int = DEFAULT_TIMEOUT_NS
+    context: str = ""
+
+
+class InvocationResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How one invocation ended.
+
+    ``error`` is empty on success and otherwise one line naming the function and
+    handler. ``exit_code`` is the container's exit code when its process ended
+    (a timeout or a crash), else ``None``. ``discarded`` is the discard reason
+    when the container was thrown away instead of returned to the pool.
+    """
+
+    ok: bool
+    error: str = ""
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    discarded: str | None = None
+
+
+class PoolSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """Live gauges plus cumulative counters of one function's warm pool."""
+
+    capacity: int
+    containers: int
+    busy: int
+    idle: int
+    starting: int
+    warm_acquires: int
+    cold_starts: int
+    discarded: int
+
+
+def clamp_timeout_ns(timeout_ns: int) -> int:
+    """A rule timeout bounded to (0, 5m]; non-positive means the default."""
+    if timeout_ns <= 0:
+        return DEFAULT_TIMEOUT_NS
+    return min(timeout_ns, MAX_TIMEOUT_NS)
+
+
+def failure_message(function: str, handler: str, detail: str) -> str:
+    """The one-line error of a failed invocation, naming function and handler."""
+    return f'function "{function}" handler "{handler}": {detail}'
