@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated
+
+import anyio
 import typer
 
 from relay.entrypoints.cli import trace as trace_cmd
-from relay.entrypoints.cli.common import not_available
+from relay.entrypoints.cli.common import fail, out
 
 
 def register(app: typer.Typer) -> None:
@@ -14,9 +19,22 @@ def register(app: typer.Typer) -> None:
     trace_cmd.register(app)
 
 
-def start() -> None:
-    not_available("start")
+def start(
+    functions: Annotated[
+        Path, typer.Option("--functions", help="Functions directory (default /functions).")
+    ] = Path("/functions"),
+) -> None:
+    """Consume events, build and run functions, reconcile live; blocks until signalled."""
+    from relay.entrypoints.daemon import main as daemon_main  # heavy imports only here
+
+    raise typer.Exit(daemon_main(dict(os.environ), functions))
 
 
 def health() -> None:
-    not_available("health")
+    """Exit 0 when Redis and Docker answer, 1 with the failing check on stderr."""
+    from relay.entrypoints.health import check_health
+
+    problem = anyio.run(check_health, dict(os.environ))
+    if problem is not None:
+        fail(problem)
+    out("ok")

@@ -1,0 +1,39 @@
+"""Opening a Redis connection and translating driver errors into one clear line."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import anyio
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from relay.domain.errors import DependencyUnavailable
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def describe(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port or 6379}"
+
+
+def redis_client(url: str) -> aioredis.Redis:
+    """A client with bounded connect time; commands that block (XREADGROUP) set their own."""
+    return aioredis.Redis.from_url(
+        url, socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=30,
+        decode_responses=False,
+    )
+
+
+async def connect_redis(url: str) -> aioredis.Redis:
+    """Connect and PING, or raise :class:`DependencyUnavailable`."""
+    client = redis_client(url)
+    try:
+        with anyio.fail_after(CONNECT_TIMEOUT_S + 1):
+            await client.ping()
+    except (RedisError, OSError, TimeoutError) as exc:
+        await client.aclose()
+        raise DependencyUnavailable(f"redis at {describe(url)} is unreachable: {exc}") from exc
+    return client
