@@ -1,0 +1,73 @@
+"""``relay start``: the long-running worker process.
+
+Order matters and is written down here once:
+
+1. configuration (exit 1 with one line per invalid variable) and logging;
+2. the process lock under the run directory (a second worker fails here, before
+   it can touch the first one's socket);
+3. the composition root builds everything: Redis and the consumer group, Docker,
+   the ``NETWORKS`` check, the orphan sweep, then the adapters;
+4. the first reconcile of the functions directory, then the background loops,
+   each started with ``task_status`` so the worker is "ready" only when all are;
+5. SIGINT/SIGTERM cancel the loops; cleanup (containers, final stats flush,
+   sockets, Redis last) runs shielded within a bounded budget.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import anyio
+import structlog
+
+from relay.bootstrap import build_worker
+from relay.domain.errors import ConfigError, RelayError
+from relay.entrypoints.config import Settings, load_settings
+from relay.entrypoints.logging import configure_logging
+
+log = structlog.get_logger("relay.daemon")
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+
+
+def main(env: Mapping[str, str], functions_dir: Path) -> int:
+    """Run the worker until signalled; return the process exit code."""
+    try:
+        settings = load_settings(env)
+    except ConfigError as exc:
+        for line in str(exc).splitlines():
+            sys.stderr.write(f"relay: {line}\n")
+        return EXIT_FAILURE
+    configure_logging(settings.log_level)
+    try:
+        anyio.run(run, settings, functions_dir)
+    except RelayError as exc:
+        log.error("startup_failed", error=str(exc))
+        sys.stderr.write(f"relay: {exc}\n")
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
+async def run(settings: Settings, functions_dir: Path) -> None:
+    """Build the worker, start its loops, and wait for a signal."""
+    log.info("relay_starting", functions=str(functions_dir), stream=settings.redis.stream,
+             group=settings.redis.group, consumer=settings.hostname)
+    async with build_worker(settings, functions_dir) as worker, anyio.create_task_group() as tg:
+        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        await worker.start(tg)
+        log.info("relay_started", functions=len(worker.registry.current().functions))
+    log.info("relay_stopped")
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("relay_stopping", signal=signal.Signals(signum).name)
+            scope.cancel()
+            return
