@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+import socket
+import stat
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from relay.adapters.control import client
+from relay.adapters.control.lock import ProcessLock
+from relay.adapters.control.server import ControlServer
+from relay.application.bus import MessageBus, Outcome
+from relay.domain.commands import GetPoolState, InvokeFunction, ResetStats
+from relay.domain.errors import RelayError
+
+pytestmark = pytest.mark.anyio
+
+
+class Recorder:
+    """Handlers that record the commands they were sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def pool(self, cmd: GetPoolState) -> Outcome[Any]:
+        self.sent.append(cmd)
+        if cmd.function == "missing":
+            return Outcome(None)
+        return Outcome({"capacity": 2, "containers": 1})
+
+    async def reset(self, cmd: ResetStats) -> Outcome[None]:
+        self.sent.append(cmd)
+        return Outcome(None)
+
+    async def invoke(self, cmd: InvokeFunction) -> Outcome[Any]:
+        self.sent.append(cmd)
+        raise RelayError(f'function "{cmd.function}" not found\nsecond line')
+
+    def bus(self) -> MessageBus:
+        return MessageBus(
+            {GetPoolState: self.pool, ResetStats: self.reset, InvokeFunction: self.invoke}
+        )
+
+
+@asynccontextmanager
+async def serving(run_dir: Path, **kwargs: Any) -> AsyncIterator[tuple[ControlServer, Recorder]]:
+    rec = Recorder()
+    with ProcessLock(run_dir) as lock:
+        server = ControlServer(lock, rec.bus().send, **kwargs)
+        async with anyio.create_task_group() as tg:
+            await tg.start(server.serve)
+            yield server, rec
+            tg.cancel_scope.cancel()
+
+
+async def call(path: Path, op: str, **fields: Any) -> Any:
+    return await anyio.to_thread.run_sync(lambda: client.request(path, op, timeout=5, **fields))
+
+
+async def raw_exchange(path: Path, payload: bytes) -> bytes:
+    def run() -> bytes:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(str(path))
+            s.sendall(payload)
+            out = b""
+            while not out.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+            return out
+
+    return await anyio.to_thread.run_sync(run)
+
+
+async def test_round_trip_sends_the_bus_command(tmp_path: Path) -> None:
+    async with serving(tmp_path / "r") as (server, rec):
+        assert stat.S_IMODE(server.path.stat().st_mode) == 0o600
+        assert await call(server.path, "pool_state", function="fn") == {
+            "capacity": 2,
+            "containers": 1,
+        }
+        assert await call(server.path, "reset_stats") is None
+        assert rec.sent == [GetPoolState(function="fn"), ResetStats()]
+        assert client.fetch_pool(server.path, "missing") is None
+    assert not server.path.exists()  # removed on shutdown
+
+
+async def test_relay_error_is_one_line_with_its_kind(tmp_path: Path) -> None:
+    async with serving(tmp_path / "r") as (server, _):
+        with pytest.raises(client.ControlRequestError) as info:
+            await call(server.path, "invoke", function="nope", event={"a": 1})
+        assert str(info.value) == 'function "nope" not found second line'
+        assert info.value.kind == "RelayError"
+
+
+async def test_bad_requests_get_one_line_errors(tmp_path: Path) -> None:
+    async with serving(tmp_path / "r") as (server, rec):
+        reply = await raw_exchange(server.path, b"{not json\n")
+        assert reply.count(b"\n") == 1
+        assert b'"ok":false' in reply
+        assert b"not JSON" in reply
+        with pytest.raises(client.ControlRequestError, match="unknown op 'fly'"):
+            await call(server.path, "fly")
+        with pytest.raises(client.ControlRequestError, match="invalid invoke request"):
+            await call(server.path, "invoke", function="f", event=[1, 2])
+        assert rec.sent == []
+
+
+async def test_size_cap(tmp_path: Path) -> None:
+    async with serving(tmp_path / "r", max_request_bytes=64) as (server, rec):
+        with pytest.raises(client.ControlRequestError, match="request too large") as info:
+            await call(server.path, "pool_state", function="x" * 200)
+        assert info.value.kind == "RequestTooLarge"
+        assert rec.sent == []
+
+
+async def test_read_timeout_answers_and_closes(tmp_path: Path) -> None:
+    async with serving(tmp_path / "r", read_timeout=0.2) as (server, _):
+        reply = await raw_exchange(server.path, b'{"op": "reset_stats"')  # no newline
+        assert b"request timed out" in reply
+
+
+async def test_peer_uid_is_checked(tmp_path: Path) -> None:
+    async with serving(tmp_path / "r", allowed_uids=frozenset({424242})) as (server, rec):
+        with pytest.raises(client.ControlRequestError, match="permission denied") as info:
+            await call(server.path, "reset_stats")
+        assert info.value.kind == "PermissionDenied"
+        assert rec.sent == []
+
+
+async def test_stale_socket_is_replaced_after_the_lock(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(run_dir / "relay.sock"))  # a killed worker's leftover
+    stale.close()
+    with pytest.raises(client.WorkerUnavailable):
+        client.request(run_dir / "relay.sock", "reset_stats")
+    async with serving(run_dir) as (server, _):
+        assert await call(server.path, "reset_stats") is None
+
+
+async def test_no_socket_without_the_lock(tmp_path: Path) -> None:
+    lock = ProcessLock(tmp_path / "r")
+    lock.close()
+    server = ControlServer(lock, MessageBus({}).send)
+    with pytest.raises(RelayError, match="process lock"):
+        await server.serve()
+
+
+def test_no_worker_is_worker_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(client.WorkerUnavailable, match="no relay worker is running"):
+        client.request(tmp_path / "relay.sock", "health")
+    assert client.fetch_pool(tmp_path / "relay.sock", "fn") is None
