@@ -1,0 +1,80 @@
+"""Naming rules for functions, secrets and environment variables.
+
+Names are validated, never sanitized: a name that passes is already safe to use as a
+Docker image tag (functions), a file name (secrets) or a POSIX environment variable.
+"""
+
+from __future__ import annotations
+
+import re
+
+from relay.domain.errors import InvalidNameError
+
+MAX_FUNCTION_NAME = 63
+MAX_SECRET_NAME = 63
+RESERVED_ENV_NAMES = frozenset({"RELAY_HANDLER"})
+
+_FUNCTION_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_SECRET_NAME = re.compile(r"[a-z0-9._-]+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def function_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid function name, or ``None`` when it is."""
+    if not name:
+        return "must not be empty"
+    if len(name) > MAX_FUNCTION_NAME:
+        return f"must be at most {MAX_FUNCTION_NAME} characters (has {len(name)})"
+    if _FUNCTION_NAME.fullmatch(name) is None:
+        return (
+            "must start with a lowercase letter or digit and contain only "
+            "lowercase letters, digits, '.', '_' and '-'"
+        )
+    if name.endswith("."):
+        return "must not end with a dot"
+    return None
+
+
+def validate_function_name(name: str) -> None:
+    """Raise :class:`InvalidNameError` unless ``name`` is a valid function name.
+
+    Valid: ``[a-z0-9][a-z0-9._-]*``, at most 63 characters, no trailing dot
+    (``user-events``, ``welcome_email``, ``jobs.v2``).
+    """
+    problem = function_name_problem(name)
+    if problem is not None:
+        raise InvalidNameError(f"invalid function name {name!r}: {problem}")
+
+
+def is_valid_function_name(name: str) -> bool:
+    return function_name_problem(name) is None
+
+
+def secret_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid secret name, or ``None`` when it is."""
+    if not name:
+        return "must not be empty"
+    if len(name) > MAX_SECRET_NAME:
+        return f"must be at most {MAX_SECRET_NAME} characters (has {len(name)})"
+    if _SECRET_NAME.fullmatch(name) is None:
+        return "may contain only lowercase letters, digits, '.', '_' and '-'"
+    if name.startswith(".") or name.endswith("."):
+        return "must not start or end with a dot"
+    return None
+
+
+def is_valid_secret_name(name: str) -> bool:
+    """Secret names: lowercase letters, digits, ``.``, ``_``, ``-``; no leading or
+    trailing dot; at most 63 characters."""
+    return secret_name_problem(name) is None
+
+
+def validate_secret_name(name: str) -> None:
+    problem = secret_name_problem(name)
+    if problem is not None:
+        raise InvalidNameError(f"invalid secret name {name!r}: {problem}")
+
+
+def is_valid_env_name(name: str) -> bool:
+    """Environment variable names: ``[A-Za-z_][A-Za-z0-9_]*``."""
+    return _ENV_NAME.fullmatch(name) is not None
