@@ -41,3 +41,30 @@ class ReplayDeadLetter(Command, frozen=True, kw_only=True):
 
 class GetHealth(Command, frozen=True, kw_only=True):
     """Report whether this worker is ready (started, Redis and Docker answering)."""
+
+
+# --- function lifecycle: discovery, images, reload ---------------------------------
+class PrepareFunction(Command, frozen=True, kw_only=True):
+    """Load ``directory``'s template, prepare its image and, only once it is ready,
+    make it the function's serving version."""
+
+    name: str
+    directory: str
+
+
+class RemoveFunction(Command, frozen=True, kw_only=True):
+    """Stop matching ``name``; in-flight work finishes, then its images are retired."""
+
+    name: str
+
+
+class ReconcileFunction(Command, frozen=True, kw_only=True):
+    """Look at ``name``'s directory and converge: prepare it, keep the previous
+    version (template temporarily missing), or remove it (directory gone)."""
+
+    name: str
+
+
+class ReconcileAll(Command, frozen=True, kw_only=True):
+    """Re-scan the functions directory and reconcile every function (the startup
+    pass and the periodic backstop)."""

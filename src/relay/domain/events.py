@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from relay.domain.messages import DomainEvent
 
 __all__ = ["DomainEvent"]
@@ -34,7 +36,7 @@ class ContainerWaited(DomainEvent, frozen=True, kw_only=True):
 
 
 # --- function lifecycle (observed by the state view and logs) ----------------------
-class HandlerSummary(DomainEvent, frozen=True, kw_only=True):
+class HandlerSummary(msgspec.Struct, frozen=True, kw_only=True):
     """An event rule as the state view shows it."""
 
     handler: str
@@ -42,7 +44,7 @@ class HandlerSummary(DomainEvent, frozen=True, kw_only=True):
     retries: int
 
 
-class ScheduleSummary(DomainEvent, frozen=True, kw_only=True):
+class ScheduleSummary(msgspec.Struct, frozen=True, kw_only=True):
     """A schedule as the state view shows it."""
 
     handler: str
@@ -52,7 +54,7 @@ class ScheduleSummary(DomainEvent, frozen=True, kw_only=True):
     retries: int
 
 
-class ServiceSummary(DomainEvent, frozen=True, kw_only=True):
+class ServiceSummary(msgspec.Struct, frozen=True, kw_only=True):
     """A service as the state view shows it: its one source plus routing and size."""
 
     entrypoint: str | None = None
@@ -64,7 +66,7 @@ class ServiceSummary(DomainEvent, frozen=True, kw_only=True):
     replicas: int = 1
 
 
-class FunctionSummary(DomainEvent, frozen=True, kw_only=True):
+class FunctionSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What the state view records of a template: env values and secret
     REFERENCES (names in the secret store), never secret values."""
 
