@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from relay.domain.execution import InvocationRequest, InvocationResult, PoolSnapshot
 from relay.domain.functions import BuildTemplate, FunctionImage
+from relay.domain.template import Template
 
 
 # --- time and randomness ---------------------------------------------------------
@@ -91,6 +92,34 @@ class ImageBuilder(Protocol):
 
     async def collect_dependency_images(self) -> list[str]:
         """Remove ``relay-dep-*`` images no function image is built from."""
+        ...
+
+
+class DiscoveredFunction(NamedTuple):
+    """A direct subdirectory of the functions directory (a candidate function)."""
+
+    name: str
+    directory: str
+    has_template: bool
+
+
+class FunctionSource(Protocol):
+    """The functions directory, read only. Blocking: callers use worker threads.
+
+    Implemented by ``relay.adapters.fs.discovery.FsFunctionSource``.
+    """
+
+    def scan(self) -> list[DiscoveredFunction]:
+        """Every candidate function directory, sorted by name."""
+        ...
+
+    def directory_of(self, name: str) -> str:
+        """Where function ``name`` lives (whether or not it exists)."""
+        ...
+
+    def load_template(self, directory: str) -> Template | None:
+        """The directory's validated template; ``None`` when ``template.yaml`` is
+        absent (or the directory is gone). Raises ``TemplateError``."""
         ...
 
 
