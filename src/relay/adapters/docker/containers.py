@@ -1,0 +1,320 @@
+"""One hardened execution container and the request/answer protocol with it.
+
+The container runs the runtime's bootstrap as a long-lived process. Relay is
+attached to its stdin (requests) and its multiplexed stdout/stderr: frames come
+only on stdout, the handler's output only on stderr (see
+``relay.adapters.docker.bootstraps`` for the protocol).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aiodocker
+import anyio
+import msgspec
+import structlog
+
+from relay.adapters.docker.bootstraps import END_MARKER_PREFIX, bootstrap_command
+from relay.domain.execution import InvocationRequest
+
+log = structlog.get_logger(__name__)
+
+EXECUTION_TYPE: Final = "execution"
+USER: Final = "10001:10001"
+MEMORY_BYTES: Final = 128 * 1024 * 1024
+NANO_CPUS: Final = 1_000_000_000
+PIDS_LIMIT: Final = 128
+TMPFS_OPTIONS: Final = "rw,nosuid,nodev,size=64m,mode=1777"
+# The container's own margin past a request's timeout (and past Relay's idle
+# eviction) before it exits by itself.
+GRACE_S: Final = 2.0
+# How long to wait, after the answer, for the last of the handler's output.
+OUTPUT_DRAIN_S: Final = 1.0
+CLEANUP_BUDGET_S: Final = 15.0
+PER_INVOCATION_LABELS: Final = (
+    "relay.handler",
+    "relay.message_id",
+    "relay.event_id",
+    "relay.event_name",
+)
+
+
+class ProtocolError(Exception):
+    """The bootstrap answered something that is not a valid frame."""
+
+
+class ProcessExited(Exception):
+    """The container's process ended (its streams closed) mid-conversation."""
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything that decides how an execution container is created."""
+
+    function: str
+    image: str
+    runtime: str
+    hostname: str
+    networks: Sequence[str] = ()
+    idle_deadline_s: float = 300.0 + GRACE_S
+
+
+def labels_for(spec: ContainerSpec) -> dict[str, str]:
+    labels = {
+        "relay.type": EXECUTION_TYPE,
+        "relay.function": spec.function,
+        "relay.hostname": spec.hostname,
+        "relay.image": spec.image,
+        "relay.runtime": spec.runtime,
+    }
+    # A reused container outlives single invocations: these stay empty.
+    labels.update(dict.fromkeys(PER_INVOCATION_LABELS, ""))
+    return labels
+
+
+def container_config(spec: ContainerSpec) -> dict[str, Any]:
+    """The hardened create body for the Engine API (``POST /containers/create``)."""
+    config: dict[str, Any] = {
+        "Image": spec.image,
+        "Cmd": bootstrap_command(spec.runtime),
+        "Env": [
+            f"RELAY_FUNCTION={spec.function}",
+            f"RELAY_IDLE_DEADLINE_S={spec.idle_deadline_s:g}",
+            f"RELAY_GRACE_S={GRACE_S:g}",
+            "PYTHONDONTWRITEBYTECODE=1",
+            "HOME=/tmp",
+        ],
+        "User": USER,
+        "Tty": False,
+        "OpenStdin": True,
+        # stdin closes when Relay's attachment goes away: an orphan sees EOF.
+        "StdinOnce": True,
+        "AttachStdin": True,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Labels": labels_for(spec),
+        "HostConfig": {
+            "AutoRemove": True,
+            "ReadonlyRootfs": True,
+            "Tmpfs": {"/tmp": TMPFS_OPTIONS},  # noqa: S108 - the container's own /tmp
+            "CapDrop": ["ALL"],
+            "SecurityOpt": ["no-new-privileges"],
+            "Memory": MEMORY_BYTES,
+            "MemorySwap": MEMORY_BYTES,
+            "NanoCpus": NANO_CPUS,
+            "PidsLimit": PIDS_LIMIT,
+            # a tiny init as PID 1: reaps handler subprocesses and lets the
+            # bootstrap's watchdog kill the bootstrap (PID 1 ignores SIGKILL).
+            "Init": True,
+        },
+    }
+    if spec.networks:
+        # API 1.41 accepts one endpoint at create; the others are connected
+        # before start (see ``start_container``).
+        first = spec.networks[0]
+        config["HostConfig"]["NetworkMode"] = first
+        config["NetworkingConfig"] = {"EndpointsConfig": {first: {}}}
+    return config
+
+
+def _line_text(raw: bytes) -> str:
+    return raw.rstrip(b"\r").decode("utf-8", errors="replace")
+
+
+@dataclass(eq=False)
+class ExecutionContainer:
+    """A started container with Relay attached; serves one request at a time."""
+
+    spec: ContainerSpec
+    container: Any  # aiodocker DockerContainer
+    stream: Any  # aiodocker Stream (attach)
+    created_at: float = field(default_factory=time.monotonic)
+    last_used: float = field(default_factory=time.monotonic)
+    invocations: int = 0
+    _frames: bytearray = field(default_factory=bytearray)
+    _output: bytearray = field(default_factory=bytearray)
+    _prefix: str = ""
+
+    @property
+    def id(self) -> str:
+        return str(self.container.id)
+
+    @property
+    def image(self) -> str:
+        return self.spec.image
+
+    async def call(
+        self, request: InvocationRequest, timeout_s: float, output: Callable[[str], None]
+    ) -> tuple[bool, str]:
+        """Send one request and read until its answer (and its output) are in.
+
+        Raises ``ProcessExited`` when the process ends first and
+        ``ProtocolError`` on an invalid answer. The caller bounds the time.
+        """
+        self.invocations += 1
+        nonce = secrets.token_hex(12)
+        self._prefix = _prefix(request)
+        env = dict(request.env)
+        env["RELAY_HANDLER"] = request.handler
+        frame = {
+            "id": nonce,
+            "handler": request.handler,
+            "env": env,
+            "event": request.event.decode("utf-8", errors="replace"),
+            "timeout_s": timeout_s,
+        }
+        try:
+            await self.stream.write_in(msgspec.json.encode(frame) + b"\n")
+        except (OSError, RuntimeError, AssertionError) as exc:
+            raise ProcessExited(str(exc)) from exc
+        marker = END_MARKER_PREFIX + nonce.encode()
+        answer: dict[str, Any] | None = None
+        ended = False
+        while answer is None:
+            message = await self.stream.read_out()
+            if message is None:
+                self._flush_partial(output)
+                raise ProcessExited("the container's process ended")
+            if message.stream == 1:
+                answer = self._take_frames(message.data, nonce, output)
+            else:
+                ended = self._take_output(message.data, marker, output) or ended
+        if not ended:
+            with anyio.move_on_after(OUTPUT_DRAIN_S):
+                while not ended:
+                    message = await self.stream.read_out()
+                    if message is None:
+                        break
+                    if message.stream == 1:
+                        self._take_frames(message.data, nonce, output)
+                    else:
+                        ended = self._take_output(message.data, marker, output)
+        self._prefix = _prefix(None, function=self.spec.function)
+        self.last_used = time.monotonic()
+        if answer.get("id") != nonce:
+            raise ProtocolError(str(answer.get("error") or "answer without the request's id"))
+        ok = answer.get("ok") is True
+        error = answer.get("error")
+        return ok, error if isinstance(error, str) else ""
+
+    def _take_frames(
+        self, data: bytes, nonce: str, output: Callable[[str], None]
+    ) -> dict[str, Any] | None:
+        self._frames += data
+        answer = None
+        while b"\n" in self._frames:
+            raw, _, rest = bytes(self._frames).partition(b"\n")
+            self._frames = bytearray(rest)
+            parsed = _parse_frame(raw)
+            if parsed is not None and (parsed.get("id") == nonce or parsed.get("id") is None):
+                answer = parsed
+            elif raw.strip():
+                # not ours (a stray write to fd 1): it is output, never a result
+                output(self._prefix + _line_text(raw))
+        return answer
+
+    def _take_output(self, data: bytes, marker: bytes, output: Callable[[str], None]) -> bool:
+        self._output += data
+        ended = False
+        at = self._output.find(marker)
+        if at >= 0:
+            before = bytes(self._output[:at])
+            after = bytes(self._output[at + len(marker) :]).removeprefix(b"\n")
+            lines = before.split(b"\n")
+            if lines[-1] == b"":
+                lines.pop()  # the output ended with a newline: no partial line
+            for raw in lines:
+                output(self._prefix + _line_text(raw))
+            self._output = bytearray(after)
+            ended = True
+        while b"\n" in self._output:
+            raw, _, rest = bytes(self._output).partition(b"\n")
+            self._output = bytearray(rest)
+            output(self._prefix + _line_text(raw))
+        return ended
+
+    def _flush_partial(self, output: Callable[[str], None]) -> None:
+        for buffer in (self._frames, self._output):
+            if buffer.strip():
+                for raw in bytes(buffer).rstrip(b"\n").split(b"\n"):
+                    output(self._prefix + _line_text(raw))
+            buffer.clear()
+
+    async def exit_code(self) -> int | None:
+        """The exit code if the engine still knows the container."""
+        with contextlib.suppress(aiodocker.DockerError, OSError, TimeoutError), anyio.fail_after(2):
+            info = await self.container.show()
+            state = info.get("State", {})
+            if not state.get("Running", False):
+                return int(state.get("ExitCode", 0))
+        return None
+
+    async def destroy(self) -> None:
+        """Idempotent backstop removal: gone or already being removed is success."""
+        with anyio.CancelScope(shield=True):
+            with contextlib.suppress(Exception):
+                await self.stream.close()
+            await remove_container(self.container)
+
+
+async def remove_container(container: Any) -> None:
+    with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_BUDGET_S):
+        try:
+            await container.delete(force=True)
+        except aiodocker.DockerError as exc:
+            if exc.status not in (404, 409):
+                log.warning("container_remove_failed", container=container.id, error=str(exc))
+
+
+def _parse_frame(raw: bytes) -> dict[str, Any] | None:
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(parsed, dict) and "id" in parsed and "ok" in parsed:
+        return parsed
+    return None
+
+
+def _prefix(request: InvocationRequest | None, *, function: str = "") -> str:
+    if request is None:
+        return f'relay: function "{function}": '
+    prefix = f'relay: function "{request.function}" handler "{request.handler}"'
+    if request.context:
+        prefix += f' message "{request.context}"'
+    return prefix + ": "
+
+
+async def start_container(docker: aiodocker.Docker, spec: ContainerSpec) -> ExecutionContainer:
+    """Create, attach and start one hardened execution container.
+
+    On any failure the half-made container is removed before the error propagates.
+    """
+    container = await docker.containers.create(config=container_config(spec))
+    try:
+        for network in spec.networks[1:]:
+            await (await docker.networks.get(network)).connect({"Container": container.id})
+        stream = container.attach(stdin=True, stdout=True, stderr=True)
+        await stream._init()  # attach before start, so no output is missed
+        try:
+            await container.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await stream.close()
+            raise
+    except BaseException:
+        await remove_container(container)
+        raise
+    return ExecutionContainer(spec=spec, container=container, stream=stream)
+
+
+def env_names(env: Mapping[str, str]) -> list[str]:
+    """Variable names only, for logs: values (secrets) never leave the request."""
+    return sorted(env)

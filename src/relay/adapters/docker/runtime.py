@@ -1,0 +1,249 @@
+"""``DockerContainerRuntime``: warm, hardened execution containers per function.
+
+Use it as an async context manager (``async with runtime:``): that runs the
+housekeeping task (idle eviction, removal of containers discarded outside an
+invocation). Observers receive ``ContainerAcquired``, ``ContainerDiscarded`` and
+``ContainerWaited`` events (``relay.domain.events``) synchronously; live gauges
+come from :meth:`snapshot`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+import aiodocker
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+
+from relay.adapters.docker.containers import (
+    GRACE_S,
+    ContainerSpec,
+    ExecutionContainer,
+    ProcessExited,
+    ProtocolError,
+    start_container,
+)
+from relay.adapters.docker.networks import sweep_orphans, verify_networks
+from relay.adapters.docker.pool import FunctionPool, Observer
+from relay.domain.execution import (
+    DISCARD_PROCESS_EXIT,
+    DISCARD_PROTOCOL_ERROR,
+    DISCARD_SHUTDOWN,
+    DISCARD_TIMEOUT,
+    InvocationRequest,
+    InvocationResult,
+    PoolSnapshot,
+    RuntimeUnavailable,
+    clamp_timeout_ns,
+    failure_message,
+)
+from relay.domain.messages import DomainEvent
+
+log = structlog.get_logger(__name__)
+
+
+def _stdout_line(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _ignore(_: DomainEvent) -> None:
+    return None
+
+
+class DockerContainerRuntime:
+    """The ``ContainerRuntime`` port on a Docker engine."""
+
+    def __init__(
+        self,
+        docker: aiodocker.Docker,
+        *,
+        hostname: str,
+        networks: Sequence[str] = (),
+        idle_timeout_s: float = 300.0,
+        output: Callable[[str], None] | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self._docker = docker
+        self._hostname = hostname
+        self._networks = tuple(networks)
+        self._idle_timeout_s = idle_timeout_s
+        self._output = output or _stdout_line
+        self._observe = observer or _ignore
+        self._pools: dict[str, FunctionPool] = {}
+        self._pending: list[ExecutionContainer] = []  # discarded, still to remove
+        self._wake_housekeeping = anyio.Event()
+        self._task_group: TaskGroup | None = None
+        self._closed = False
+
+    # --- lifecycle --------------------------------------------------------------------
+    async def __aenter__(self) -> DockerContainerRuntime:
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._task_group.start_soon(self._housekeeping)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        assert self._task_group is not None
+        self._task_group.cancel_scope.cancel()
+        return await self._task_group.__aexit__(exc_type, exc, tb)
+
+    async def aclose(self) -> None:
+        """Discard every idle container now (reason ``shutdown``); busy ones are
+        discarded when their invocation ends."""
+        self._closed = True
+        for pool in self._pools.values():
+            self._pending += pool.close()  # type: ignore[arg-type]
+        await self._remove_pending()
+
+    # --- the port -----------------------------------------------------------------------
+    def activate(self, function: str, image: str, runtime: str, capacity: int) -> None:
+        pool = self._pools.get(function)
+        if pool is None:
+            self._pools[function] = FunctionPool(
+                function=function,
+                image=image,
+                runtime=runtime,
+                capacity=max(1, capacity),
+                observe=self._observe,
+            )
+            return
+        self._dispose(pool.activate(image, runtime, capacity))
+
+    def remove(self, function: str) -> None:
+        pool = self._pools.get(function)
+        if pool is None:
+            return
+        self._dispose(pool.remove())
+        if pool.drained():
+            del self._pools[function]
+
+    def snapshot(self, function: str) -> PoolSnapshot | None:
+        pool = self._pools.get(function)
+        if pool is None or pool.removed:
+            return None
+        return pool.snapshot()
+
+    def functions(self) -> list[str]:
+        return sorted(name for name, pool in self._pools.items() if not pool.removed)
+
+    async def invoke(self, request: InvocationRequest) -> InvocationResult:
+        pool = self._pools.get(request.function)
+        if pool is None or pool.removed or self._closed:
+            raise RuntimeUnavailable(f'function "{request.function}" is not active')
+        self._dispose(pool.evict_idle(self._idle_timeout_s, time.monotonic()))
+        if self._task_group is None:
+            await self._remove_pending()
+        container = await self._lease(pool)
+        timeout_s = clamp_timeout_ns(request.timeout_ns) / 1e9
+        begun = time.monotonic()
+        ok, error, exit_code, reason = False, "", None, None
+        try:
+            with anyio.move_on_after(timeout_s) as scope:
+                ok, error = await container.call(request, timeout_s, self._output)
+            if scope.cancelled_caught:
+                reason, error = DISCARD_TIMEOUT, f"timed out after {timeout_s:g}s"
+        except ProcessExited:
+            reason = DISCARD_PROCESS_EXIT
+            exit_code = await container.exit_code()
+            error = f"the container's process exited (exit code {exit_code})"
+        except ProtocolError as exc:
+            reason, error = DISCARD_PROTOCOL_ERROR, f"protocol error: {exc}"
+        except BaseException:
+            # cancelled mid-request (shutdown): the container's state is unknown
+            pool.discard_busy(container, DISCARD_SHUTDOWN)
+            await container.destroy()
+            raise
+        duration = time.monotonic() - begun
+        if reason is not None:
+            ok = False
+            pool.discard_busy(container, reason)
+        else:
+            reason = pool.release(container)
+        if reason is not None:
+            log.info(
+                "container_discarded",
+                function=request.function,
+                container=container.id[:12],
+                reason=reason,
+            )
+            await container.destroy()
+        if pool.removed and pool.drained() and self._pools.get(request.function) is pool:
+            del self._pools[request.function]
+        return InvocationResult(
+            ok=ok,
+            error="" if ok else failure_message(request.function, request.handler, error),
+            exit_code=exit_code,
+            duration_s=duration,
+            discarded=reason,
+        )
+
+    # --- internals ------------------------------------------------------------------------
+    async def _lease(self, pool: FunctionPool) -> ExecutionContainer:
+        begun = time.monotonic()
+        leased = await pool.lease()
+        if leased is not None:
+            assert isinstance(leased, ExecutionContainer)
+            return leased
+        spec = ContainerSpec(
+            function=pool.function,
+            image=pool.image,
+            runtime=pool.runtime,
+            hostname=self._hostname,
+            networks=self._networks,
+            idle_deadline_s=self._idle_timeout_s + GRACE_S,
+        )
+        try:
+            container = await start_container(self._docker, spec)
+        except Exception as exc:
+            pool.start_failed()
+            detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            raise RuntimeUnavailable(
+                f'function "{pool.function}": could not start a container from '
+                f"{pool.image}: {detail}"
+            ) from exc
+        except BaseException:
+            pool.start_failed()
+            raise
+        pool.started(container, begun)
+        log.debug("container_started", function=pool.function, container=container.id[:12])
+        return container
+
+    def _dispose(self, containers: Sequence[Any]) -> None:
+        if containers:
+            self._pending.extend(containers)
+            self._wake_housekeeping.set()
+
+    async def _remove_pending(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            async with anyio.create_task_group() as group:
+                for container in batch:
+                    group.start_soon(container.destroy)
+
+    async def _housekeeping(self) -> None:
+        interval = min(max(self._idle_timeout_s / 4, 0.05), 5.0)
+        while True:
+            with anyio.move_on_after(interval):
+                await self._wake_housekeeping.wait()
+            self._wake_housekeeping = anyio.Event()
+            now = time.monotonic()
+            for name, pool in list(self._pools.items()):
+                self._pending += pool.evict_idle(self._idle_timeout_s, now)  # type: ignore[arg-type]
+                if pool.removed and pool.drained():
+                    self._pools.pop(name, None)
+            await self._remove_pending()
+
+
+__all__ = ["DockerContainerRuntime", "sweep_orphans", "verify_networks"]
