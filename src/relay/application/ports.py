@@ -7,12 +7,22 @@ role (``RedisEventStream``); in-memory fakes for unit tests live in
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from relay.domain.execution import InvocationRequest, InvocationResult, PoolSnapshot
 from relay.domain.functions import BuildTemplate, FunctionImage
+from relay.domain.outcome import (
+    BeginRequest,
+    BeginResult,
+    DeadLetterEntry,
+    FinishRequest,
+    MalformedRequest,
+    Reclaimed,
+    Settlement,
+    StreamMessage,
+)
 from relay.domain.template import Template
 
 
@@ -36,6 +46,73 @@ class TokenSource(Protocol):
 
 
 # --- event stream and invocation ledger (delivery) --------------------------------
+class EventStream(Protocol):
+    """One consumer of one consumer group on the event stream.
+
+    Implemented by ``relay.adapters.redis.stream.RedisEventStream``.
+    """
+
+    @property
+    def stream(self) -> str: ...
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def consumer(self) -> str: ...
+
+    async def ensure_group(self) -> None:
+        """Create the group at ``0`` with MKSTREAM unless it exists (a new group
+        over an existing stream replays its backlog)."""
+        ...
+
+    async def read(self, count: int, block_ms: int) -> Sequence[StreamMessage]:
+        """Up to ``count`` new messages for this consumer, waiting at most ``block_ms``."""
+        ...
+
+    async def reclaim(self, min_idle_ms: int, count: int) -> Reclaimed:
+        """Take over up to ``count`` messages pending longer than ``min_idle_ms``
+        (one scan step; ``Reclaimed.deleted`` lists entries whose body is gone)."""
+        ...
+
+    async def drop(self, ids: Sequence[str]) -> None:
+        """Remove dangling ids (deleted or trimmed bodies) from the pending list."""
+        ...
+
+
+class InvocationLedger(Protocol):
+    """The fenced per-message invocation state, the message's classification,
+    its dead-letter entries and its acknowledgment, each call one atomic step.
+
+    Implemented by ``relay.adapters.redis.ledger.RedisInvocationLedger``.
+    """
+
+    async def begin(self, request: BeginRequest) -> BeginResult:
+        """Classify once, claim every eligible invocation of ``request.claims``
+        with ``request.token``; when nothing was claimed, also settle the message
+        (dead-letter entries first, then ACK) if every gate is terminal."""
+        ...
+
+    async def finish(self, request: FinishRequest) -> Settlement:
+        """Apply each fenced attempt report, then settle the message as ``begin``."""
+        ...
+
+    async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
+        """Write the message's one placeholder DLQ entry (once), then ACK."""
+        ...
+
+
+class DeadLetterQueue(Protocol):
+    """The dead-letter stream ``relay:<stream>:dlq`` (writer side).
+
+    Implemented by ``relay.adapters.redis.dlq.RedisDeadLetterQueue``.
+    """
+
+    async def append(self, entry: DeadLetterEntry) -> str:
+        """Append one entry; returns its id."""
+        ...
+
+
 # --- container runtime (execution) ------------------------------------------------
 class ContainerRuntime(Protocol):
     """Warm, hardened execution containers, one pool per function and image version.

@@ -1,0 +1,23 @@
+"""Redis key names Relay owns for one stream and group.
+
+Stream and group names are percent-encoded inside the ledger key so a ``:`` in a
+name can never make two keys collide.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+
+def _enc(name: str) -> str:
+    return quote(name, safe="")
+
+
+def invocation_key(stream: str, group: str, message_id: str) -> str:
+    """The ledger hash of one message: ``relay:invocation:{stream}:{group}:{msgID}``."""
+    return f"relay:invocation:{_enc(stream)}:{_enc(group)}:{message_id}"
+
+
+def dlq_key(stream: str) -> str:
+    """The dead-letter stream of ``stream``: ``relay:<stream>:dlq``."""
+    return f"relay:{stream}:dlq"

@@ -1,0 +1,305 @@
+"""Message outcome: acknowledge, keep pending, or dead-letter first.
+
+A message is acknowledged only when every invocation that gates it is ``ok`` or
+exhausted with its dead-letter entry written. Unmatched events are acknowledged;
+an event matching a function whose image is still building stays pending. A
+payload that can never succeed (no ``event`` field, not UTF-8, not a JSON object,
+larger than ``MAX_EVENT_BYTES``) is dead-lettered at once under ``-`` placeholders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+
+from relay.domain.invocation import Exhausted, Marker, Ok, Transition
+
+PLACEHOLDER: Final = "-"
+
+# DLQ entry fields, in the order they are written (the spec's flat format).
+DLQ_FIELDS: Final = (
+    "original_stream",
+    "original_id",
+    "group",
+    "consumer",
+    "event",
+    "reason",
+    "function",
+    "handler",
+    "deliveries",
+    "handler_attempts",
+    "timestamp",
+)
+
+
+class Acknowledge(msgspec.Struct, frozen=True):
+    """Every gating invocation is done: XACK."""
+
+
+class KeepPending(msgspec.Struct, frozen=True):
+    """Something is unresolved (retrying, running elsewhere, building): no XACK."""
+
+
+class DeadLetterFirst(msgspec.Struct, frozen=True):
+    """All terminal, some exhausted: write the entries of ``fields`` (those not
+    yet written), then XACK."""
+
+    fields: tuple[str, ...]
+
+
+MessageOutcome = Acknowledge | KeepPending | DeadLetterFirst
+
+
+def message_outcome(gates: Mapping[str, Marker | None], *, blocked: bool) -> MessageOutcome:
+    """The outcome of a message whose gating invocations are in state ``gates``.
+
+    ``blocked`` is true when a matched function has no image yet: the message
+    waits for it, without an attempt charged and without being acknowledged.
+    """
+    if blocked:
+        return KeepPending()
+    missing: list[str] = []
+    for field, marker in gates.items():
+        if isinstance(marker, Ok):
+            continue
+        if not isinstance(marker, Exhausted):
+            return KeepPending()
+        if not marker.dead_lettered:
+            missing.append(field)
+    return DeadLetterFirst(tuple(missing)) if missing else Acknowledge()
+
+
+# --- payloads ----------------------------------------------------------------------
+
+
+class Malformed(msgspec.Struct, frozen=True):
+    """A payload that can never succeed, with a short reason and a printable
+    summary for the DLQ (oversized payloads are summarised, never stored)."""
+
+    reason: str
+    summary: str
+
+
+_decoder = msgspec.json.Decoder()
+
+
+def inspect_payload(raw: bytes | None, max_bytes: int) -> dict[str, Any] | Malformed:
+    """The decoded event object, or why the message must be dead-lettered at once.
+
+    The size cap is checked before decoding, so a huge payload costs no parsing.
+    """
+    if raw is None:
+        return Malformed("missing event field", "")
+    if len(raw) > max_bytes:
+        return Malformed(
+            f"event is {len(raw)} bytes, larger than MAX_EVENT_BYTES ({max_bytes})",
+            raw[:256].decode("utf-8", "replace") + f"... ({len(raw)} bytes, truncated)",
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return Malformed("event is not a UTF-8 string", raw.decode("utf-8", "replace"))
+    try:
+        value = _decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        return Malformed(f"event is not valid JSON: {exc}", text)
+    if not isinstance(value, dict):
+        return Malformed(f"event is a JSON {type(value).__name__}, not an object", text)
+    return value
+
+
+# --- dead-letter entries -------------------------------------------------------------
+
+
+def rfc3339(epoch_s: float) -> str:
+    """``epoch_s`` as an RFC 3339 UTC timestamp with milliseconds."""
+    stamp = datetime.fromtimestamp(epoch_s, tz=UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+class DeadLetterEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One flat entry of ``relay:<stream>:dlq`` (the spec's format)."""
+
+    original_stream: str
+    original_id: str
+    group: str
+    consumer: str
+    event: str
+    reason: str
+    function: str = PLACEHOLDER
+    handler: str = PLACEHOLDER
+    deliveries: int = 1
+    handler_attempts: int = 0
+    timestamp: str = ""
+
+    def fields(self) -> dict[str, str]:
+        """The entry as the stream's flat string fields, in the spec's order."""
+        return {name: str(getattr(self, name)) for name in DLQ_FIELDS}
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, str]) -> DeadLetterEntry:
+        """Parse an entry read back from the stream (unknown fields ignored)."""
+        values: dict[str, Any] = {k: fields.get(k, "") for k in DLQ_FIELDS}
+        values["deliveries"] = _to_int(values["deliveries"])
+        values["handler_attempts"] = _to_int(values["handler_attempts"])
+        return cls(**values)
+
+
+def _to_int(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
+def unique_in_order(items: Iterable[str]) -> tuple[str, ...]:
+    """``items`` without repeats, first occurrence kept."""
+    return tuple(dict.fromkeys(items))
+
+
+# --- the stream and ledger vocabulary (ports: EventStream, InvocationLedger) ---------
+
+
+class StreamMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One delivered stream entry. ``payload`` is the raw ``event`` field (``None``
+    when the field is missing); ``deliveries`` is the broker's delivery count
+    (diagnostic only); ``reclaimed`` marks a recovery-loop delivery."""
+
+    id: str
+    payload: bytes | None
+    deliveries: int = 1
+    reclaimed: bool = False
+
+
+class Reclaimed(msgspec.Struct, frozen=True, kw_only=True):
+    """One recovery step: messages taken over, and ids whose body is gone."""
+
+    messages: tuple[StreamMessage, ...] = ()
+    deleted: tuple[str, ...] = ()
+
+
+class MessageContext(msgspec.Struct, frozen=True, kw_only=True):
+    """Which message a ledger call is about, and what its DLQ entries carry."""
+
+    stream: str
+    group: str
+    consumer: str
+    message_id: str
+    timestamp: str  # RFC 3339, stamped on any DLQ entry written by the call
+
+
+class ClaimRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Claim ``field`` (``function/handler``) if eligible, protected for ``lease_ms``."""
+
+    field: str
+    max_attempts: int
+    lease_ms: int
+
+
+class BeginRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Classify + claim + (when nothing is claimed) settle, as one atomic step.
+
+    ``classification`` is recorded once per message (``matched:<f1>,<f2>`` or
+    ``unmatched``); ``gates`` are every invocation field that must be terminal
+    before the ACK (the rules matching now); ``blocked`` keeps the message pending
+    (a matched function is still building)."""
+
+    context: MessageContext
+    classification: str
+    token: str
+    claims: tuple[ClaimRequest, ...] = ()
+    gates: tuple[str, ...] = ()
+    blocked: bool = False
+
+
+# Status codes of one invocation in a BeginResult.
+CLAIMED: Final = "claimed"
+DONE: Final = "ok"
+RUNNING: Final = "running"
+BACKOFF: Final = "backoff"
+EXHAUSTED: Final = "exhausted"
+
+
+class ClaimStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``begin`` found or did for one requested claim.
+
+    ``claimed``: run it as ``attempt``; ``previous`` is the marker text the claim
+    replaced (restored by a release). ``running``/``backoff``: protected until
+    ``until_ms``. ``ok``: done earlier. ``exhausted``: terminal; ``newly`` when
+    this call exhausted it (its last attempt expired without a result)."""
+
+    field: str
+    status: str
+    attempt: int = 0
+    until_ms: int = 0
+    previous: str = ""
+    newly: bool = False
+
+
+class DeadLettered(msgspec.Struct, frozen=True, kw_only=True):
+    """One DLQ entry a ledger call wrote."""
+
+    field: str  # "-" for a placeholder (malformed) entry
+    attempt: int
+    entry_id: str
+    reason: str
+
+
+class Settlement(msgspec.Struct, frozen=True, kw_only=True):
+    """How a ledger call left the message.
+
+    ``acknowledged``: XACKed (and its ledger given a TTL). ``dead_lettered``:
+    entries written by this call. ``dlq_error``: the DLQ write failed, so the
+    message stays pending. ``rejected``: fields whose fenced report was refused
+    (the claim was lost to a newer attempt)."""
+
+    acknowledged: bool = False
+    dead_lettered: tuple[DeadLettered, ...] = ()
+    dlq_error: str = ""
+    rejected: tuple[str, ...] = ()
+
+
+class BeginResult(msgspec.Struct, frozen=True, kw_only=True):
+    """``newly_classified`` is true only for the first classification of the message."""
+
+    newly_classified: bool
+    statuses: tuple[ClaimStatus, ...]
+    settlement: Settlement = Settlement()
+
+
+class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The fenced result of one claimed attempt; ``error`` is kept as the DLQ
+    reason when ``transition`` exhausts."""
+
+    field: str
+    attempt: int
+    transition: Transition
+    error: str = ""
+
+
+class FinishRequest(msgspec.Struct, frozen=True, kw_only=True):
+    context: MessageContext
+    token: str
+    reports: tuple[AttemptReport, ...] = ()
+    gates: tuple[str, ...] = ()
+    blocked: bool = False
+
+
+class MalformedRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Dead-letter a payload that can never succeed, under ``-`` placeholders."""
+
+    context: MessageContext
+    reason: str
+    event: str
+
+
+def split_field(field: str) -> tuple[str, str]:
+    """``function/handler`` -> (function, handler); function names have no ``/``."""
+    function, _, handler = field.partition("/")
+    return function, handler
+
+
+def exhaustion_reason(attempt: int, error: str) -> str:
+    """The DLQ ``reason`` of an invocation exhausted at ``attempt``."""
+    detail = error or "no result recorded"
+    return f"retries exhausted after {attempt} attempt(s): {detail}"
