@@ -1,27 +1,71 @@
-"""``relay secret ls|set|rm``: the local secret store."""
+"""``relay secret ls|set|rm``: the local secret store.
+
+Values are read from a hidden prompt (a terminal) or all of stdin (a pipe) and
+are never echoed or printed; only names are shown.
+"""
 
 from __future__ import annotations
 
+import getpass
+import os
+import sys
+
 import typer
 
-from relay.entrypoints.cli.common import not_available
+from relay.adapters.fs.secrets import FileSecretStore
+from relay.domain.errors import RelayError
+from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.config import load_paths
 
 app = typer.Typer(help="Manage local secrets.", no_args_is_help=True)
 
 
+def _store() -> FileSecretStore:
+    return FileSecretStore(load_paths(os.environ).secrets_dir)
+
+
 @app.command("ls")
 def ls() -> None:
-    """List secret names."""
-    not_available("secret ls")
+    """List secret names (never values)."""
+    try:
+        names = _store().names()
+    except (RelayError, OSError) as exc:
+        fail(_one_line(exc))
+    out("NAME")
+    for name in names:
+        out(name)
 
 
 @app.command("set")
 def set_(name: str) -> None:
-    """Set a secret from a hidden prompt or from all of stdin."""
-    not_available("secret set")
+    """Set a secret from a hidden prompt, or from all of stdin when it is not a terminal."""
+    try:
+        _store().set(name, _read_value(name))
+    except (RelayError, OSError) as exc:
+        fail(_one_line(exc))
+    except (EOFError, KeyboardInterrupt):
+        fail("no value given; secret not changed")
 
 
 @app.command("rm")
 def rm(name: str) -> None:
     """Remove a secret."""
-    not_available("secret rm")
+    try:
+        _store().remove(name)
+    except (RelayError, OSError) as exc:
+        fail(_one_line(exc))
+
+
+def _read_value(name: str) -> str:
+    # stdin verbatim when piped (``printf 'v' | relay secret set n``); a prompt
+    # with echo disabled on a terminal
+    if sys.stdin.isatty():
+        return getpass.getpass(f"Value for {name}: ")
+    return sys.stdin.read()
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"secret store: {exc.strerror}{where}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
