@@ -6,6 +6,7 @@ Docker image tag (functions), a file name (secrets) or a POSIX environment varia
 
 from __future__ import annotations
 
+import json
 import re
 
 from relay.domain.errors import InvalidNameError
@@ -43,7 +44,7 @@ def validate_function_name(name: str) -> None:
     """
     problem = function_name_problem(name)
     if problem is not None:
-        raise InvalidNameError(f"invalid function name {name!r}: {problem}")
+        raise InvalidNameError(f"invalid function name {json.dumps(name)}: {problem}")
 
 
 def is_valid_function_name(name: str) -> bool:
@@ -72,7 +73,7 @@ def is_valid_secret_name(name: str) -> bool:
 def validate_secret_name(name: str) -> None:
     problem = secret_name_problem(name)
     if problem is not None:
-        raise InvalidNameError(f"invalid secret name {name!r}: {problem}")
+        raise InvalidNameError(f"invalid secret name {json.dumps(name)}: {problem}")
 
 
 def is_valid_env_name(name: str) -> bool:

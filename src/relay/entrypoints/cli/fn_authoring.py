@@ -1,10 +1,26 @@
-"""``relay function validate`` and ``relay function match``: no Docker or Redis needed."""
+"""``relay function validate`` and ``relay function match``: no Docker or Redis needed.
+
+Both take function directories (a directory holding ``template.yaml``) or a functions
+directory (whose direct subdirectories holding ``template.yaml`` are the functions).
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
 import typer
 
-from relay.entrypoints.cli.common import not_available
+from relay.adapters.fs.templates import TEMPLATE_FILE, load_template
+from relay.domain.errors import EventError, TemplateError
+from relay.domain.names import function_name_problem
+from relay.domain.template import Template
+from relay.entrypoints.cli.common import EXIT_FAILURE, fail, out
+from relay.entrypoints.cli.event_input import read_event_argument
 
 
 def register(app: typer.Typer) -> None:
@@ -12,11 +28,120 @@ def register(app: typer.Typer) -> None:
     app.command("match")(match)
 
 
-def validate(paths: list[str]) -> None:
-    """Validate function directories without Docker or Redis."""
-    not_available("function validate")
+class Loaded(msgspec.Struct, frozen=True):
+    """One function directory: its template, or the problems that make it invalid."""
+
+    name: str
+    directory: Path
+    template: Template | None
+    problems: tuple[str, ...]
 
 
-def match(path: str) -> None:
+class PathNotFound(Exception):
+    """A PATH argument names nothing, or a directory with no functions."""
+
+
+def discover(path: Path) -> list[tuple[str, Path]]:
+    """(name, directory) of every function at ``path``, sorted by name."""
+    if path.is_file() and path.name == TEMPLATE_FILE:
+        path = path.parent
+    if not path.exists():
+        raise PathNotFound(f"{path}: no such file or directory")
+    if not path.is_dir():
+        raise PathNotFound(f"{path}: not a directory (expected a function or functions directory)")
+    if (path / TEMPLATE_FILE).is_file():
+        return [(path.resolve().name, path)]
+    found = sorted(
+        (child.name, child)
+        for child in path.iterdir()
+        if child.is_dir() and (child / TEMPLATE_FILE).is_file()
+    )
+    if not found:
+        raise PathNotFound(
+            f"{path}: no functions found (neither it nor a direct subdirectory has a "
+            f"{TEMPLATE_FILE})"
+        )
+    return found
+
+
+def load(name: str, directory: Path) -> Loaded:
+    problems: list[str] = []
+    name_problem = function_name_problem(name)
+    if name_problem is not None:
+        problems.append(f"invalid function name {json.dumps(name)}: {name_problem}")
+    template: Template | None = None
+    try:
+        template = load_template(directory / TEMPLATE_FILE)
+    except TemplateError as exc:
+        problems.extend(exc.problems)
+    return Loaded(name, directory, None if problems else template, tuple(problems))
+
+
+def validate(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Function directories, or functions directories to validate."),
+    ],
+) -> None:
+    """Validate function directories without Docker or Redis (exit 1 if any is invalid)."""
+    failed = False
+    for path in paths:
+        try:
+            functions = discover(path)
+        except PathNotFound as exc:
+            typer.echo(f"relay: {exc}", err=True)
+            failed = True
+            continue
+        for name, directory in functions:
+            loaded = load(name, directory)
+            if loaded.problems:
+                failed = True
+                for problem in loaded.problems:
+                    out(f"{name}: {problem}")
+            else:
+                out(f"ok {name}")
+    if failed:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def match(
+    path: Annotated[Path, typer.Argument(help="A function directory or a functions directory.")],
+    event: Annotated[
+        str | None, typer.Option("--event", help="The event as inline JSON (an object).")
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", help="Read the event from this JSON file.")
+    ] = None,
+) -> None:
     """Explain which rules match an event, and why the others do not."""
-    not_available("function match")
+    try:
+        payload = read_event_argument(event, file, sys.stdin)
+        functions = discover(path)
+    except (EventError, PathNotFound) as exc:
+        fail(str(exc))
+    for line in explain_matches([load(name, d) for name, d in functions], payload, time.time()):
+        out(line)
+
+
+def explain_matches(functions: list[Loaded], event: dict[str, Any], now: float) -> list[str]:
+    """One line per rule: ``match  <fn>  <handler>`` or ``no     <fn>  <handler>: <why>``;
+    invalid functions are listed as ``skip`` and a summary line ends the output."""
+    width = max((len(f.name) for f in functions), default=0)
+    lines: list[str] = []
+    total = matched = 0
+    for loaded in functions:
+        name = loaded.name.ljust(width)
+        if loaded.template is None:
+            lines.append(f"skip   {name}  invalid template (run: relay function validate)")
+            continue
+        for rule in loaded.template.events:
+            total += 1
+            reasons = rule.pattern.explain(event, now)
+            if reasons:
+                lines.append(f"no     {name}  {rule.handler}: {'; '.join(reasons)}")
+            else:
+                matched += 1
+                lines.append(f"match  {name}  {rule.handler}")
+    noun = "rule" if total == 1 else "rules"
+    lines.append(f"{matched} of {total} event {noun} matched")
+    return lines
