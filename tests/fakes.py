@@ -4,6 +4,18 @@ plain attributes; they are never mocks of Relay's own modules."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.lowlevel
+
+from relay.domain.execution import (
+    InvocationRequest,
+    InvocationResult,
+    PoolSnapshot,
+    RuntimeUnavailable,
+    SecretNotFound,
+)
 
 
 class FakeClock:
@@ -32,3 +44,99 @@ class SequentialTokens:
 
     def token(self) -> str:
         return f"t{next(self._n)}"
+
+
+# --- execution: secrets and the container runtime ------------------------------------
+class InMemorySecretStore:
+    """``SecretStore`` in a dict; ``reads`` records every name looked up."""
+
+    def __init__(self, values: dict[str, str] | None = None) -> None:
+        self.values: dict[str, str] = dict(values or {})
+        self.reads: list[str] = []
+
+    def get(self, name: str) -> str:
+        self.reads.append(name)
+        try:
+            return self.values[name]
+        except KeyError:
+            raise SecretNotFound(f'secret "{name}" is not set') from None
+
+    def names(self) -> list[str]:
+        return sorted(self.values)
+
+    def set(self, name: str, value: str) -> None:
+        self.values[name] = value
+
+    def remove(self, name: str) -> None:
+        if self.values.pop(name, None) is None:
+            raise SecretNotFound(f'secret "{name}" is not set')
+
+
+ScriptedOutcome = (
+    InvocationResult
+    | Callable[[InvocationRequest], InvocationResult | Awaitable[InvocationResult]]
+)
+
+
+class InMemoryContainerRuntime:
+    """``ContainerRuntime`` without containers.
+
+    ``script`` maps ``"function/handler"`` to a ready ``InvocationResult`` or a
+    callable ``(request) -> result`` (sync or async); unscripted handlers succeed.
+    ``requests`` records every invocation, ``active`` the (image, runtime,
+    capacity) per function, ``running``/``max_running`` concurrent invocations.
+    """
+
+    def __init__(self) -> None:
+        self.script: dict[str, ScriptedOutcome] = {}
+        self.requests: list[InvocationRequest] = []
+        self.active: dict[str, tuple[str, str, int]] = {}
+        self.removed: list[str] = []
+        self.running = 0
+        self.max_running = 0
+        self.closed = False
+
+    def activate(self, function: str, image: str, runtime: str, capacity: int) -> None:
+        self.active[function] = (image, runtime, capacity)
+
+    def remove(self, function: str) -> None:
+        self.active.pop(function, None)
+        self.removed.append(function)
+
+    async def invoke(self, request: InvocationRequest) -> InvocationResult:
+        if request.function not in self.active or self.closed:
+            raise RuntimeUnavailable(f'function "{request.function}" is not active')
+        self.requests.append(request)
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            await anyio.lowlevel.checkpoint()
+            outcome = self.script.get(f"{request.function}/{request.handler}")
+            if outcome is None:
+                return InvocationResult(ok=True)
+            if isinstance(outcome, InvocationResult):
+                return outcome
+            result = outcome(request)
+            if isinstance(result, InvocationResult):
+                return result
+            return await result
+        finally:
+            self.running -= 1
+
+    def snapshot(self, function: str) -> PoolSnapshot | None:
+        if function not in self.active:
+            return None
+        capacity = self.active[function][2]
+        return PoolSnapshot(
+            capacity=capacity,
+            containers=0,
+            busy=0,
+            idle=0,
+            starting=0,
+            warm_acquires=0,
+            cold_starts=0,
+            discarded=0,
+        )
+
+    async def aclose(self) -> None:
+        self.closed = True
