@@ -1,0 +1,78 @@
+"""Operational statistics as plain data: what is persisted and how a reset works.
+
+The worker's Prometheus registry is the live source; a :class:`StatsSnapshot`
+is its cumulative counters (plus the two backlog gauges) at one moment. A reset
+never touches Prometheus: the worker keeps the snapshot taken at the reset as a
+baseline and persists ``current - baseline`` from then on.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+# Global cumulative counters (the ``stats`` row) and the global backlog gauges.
+GLOBAL_COUNTERS: Final = (
+    "events_received",
+    "events_matched",
+    "events_unmatched",
+    "handler_success",
+    "handler_failure",
+    "retries",
+    "dlq_entries",
+)
+BACKLOG_GAUGES: Final = ("pending_entries", "oldest_pending_age_seconds")
+GLOBAL_KEYS: Final = GLOBAL_COUNTERS + BACKLOG_GAUGES
+
+# Per-function cumulative counters (one ``function_stats`` row each).
+FUNCTION_COUNTERS: Final = (
+    "events_matched",
+    "handler_success",
+    "handler_failure",
+    "retries",
+    "dlq_entries",
+    "warm_acquires",
+    "cold_starts",
+    "discarded",
+)
+
+
+class StatsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """Global values (``GLOBAL_KEYS``) and per-function counters (``FUNCTION_COUNTERS``).
+
+    Absent keys read as zero. ``updated_at`` is the epoch second the snapshot was
+    persisted (``None`` when it never was).
+    """
+
+    totals: dict[str, int] = msgspec.field(default_factory=dict)
+    functions: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
+    updated_at: float | None = None
+
+    def total(self, key: str) -> int:
+        return self.totals.get(key, 0)
+
+    def function(self, name: str) -> dict[str, int]:
+        """Every per-function counter of ``name``, zero when absent."""
+        found = self.functions.get(name, {})
+        return {key: found.get(key, 0) for key in FUNCTION_COUNTERS}
+
+
+def since_baseline(current: StatsSnapshot, baseline: StatsSnapshot) -> StatsSnapshot:
+    """The counters accumulated since ``baseline`` (never negative); gauges unchanged."""
+    totals = {key: current.total(key) for key in BACKLOG_GAUGES}
+    for key in GLOBAL_COUNTERS:
+        totals[key] = max(0, current.total(key) - baseline.total(key))
+    functions = {}
+    for name in current.functions:
+        now, base = current.function(name), baseline.function(name)
+        functions[name] = {key: max(0, now[key] - base[key]) for key in FUNCTION_COUNTERS}
+    return StatsSnapshot(totals=totals, functions=functions, updated_at=current.updated_at)
+
+
+def zeroed(snapshot: StatsSnapshot) -> StatsSnapshot:
+    """The reset form of a persisted snapshot: counters zero, rows kept, gauges kept."""
+    totals = {key: snapshot.total(key) for key in BACKLOG_GAUGES}
+    totals.update(dict.fromkeys(GLOBAL_COUNTERS, 0))
+    functions = {name: dict.fromkeys(FUNCTION_COUNTERS, 0) for name in snapshot.functions}
+    return StatsSnapshot(totals=totals, functions=functions, updated_at=snapshot.updated_at)
