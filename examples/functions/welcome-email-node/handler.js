@@ -1,0 +1,5 @@
+// Runs for every new row in the users table.
+export async function handler(event) {
+  const user = event.new_image;
+  console.log(`Sending welcome email to ${user.email}`);
+}

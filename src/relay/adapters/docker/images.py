@@ -1,0 +1,399 @@
+"""``DockerImageBuilder``: function and dependency images on the Docker engine.
+
+``prepare`` reads the selected source once; that one read drives the
+fingerprint, the tag and the build context, so all three always agree. An
+existing tag is reused without a build when it was made by the same recipe
+(the ``relay.build`` label: the rendered Dockerfile plus the bootstrap bytes),
+so a new bootstrap or a new pinned tool rebuilds even when the source did not
+change; the rebuilt image takes over the tag and the old one, now untagged, is
+collected by ``retire`` once no container uses it.
+
+Cleanup only ever looks at images carrying ``relay.type`` (and, when the
+builder was given scope labels, those too); it never forces a removal, so the
+engine itself refuses to delete an image a container still uses.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections import Counter, deque
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import anyio
+import msgspec
+import structlog
+from aiodocker.exceptions import DockerError, DockerStreamError
+
+from relay.adapters.docker.bootstraps import BOOTSTRAP_VERSION, bootstrap_command, bootstrap_source
+from relay.adapters.docker.dockerfiles import (
+    app_files,
+    dependency_context,
+    function_context,
+    render_dependency_dockerfile,
+    render_function_dockerfile,
+)
+from relay.adapters.docker.runtimes import RUNTIMES, DependencyPlan, Runtime
+from relay.adapters.fs.source import read_sources, select_sources
+from relay.domain.errors import BuildError, DependencyUnavailable
+from relay.domain.functions import BuildTemplate, FunctionImage, handler_modules
+from relay.domain.source import fingerprint, image_tag
+
+log = structlog.get_logger(__name__)
+
+OUTPUT_CAP_BYTES = 1024 * 1024
+DEPENDENCY_TAG_HEX = 16
+_NOT_FOUND = 404
+_CONFLICT = 409
+
+
+class CappedOutput:
+    """The tail of a build log, at most ``cap`` bytes, with a marker saying how
+    much was dropped from the front (the end of a log holds the error)."""
+
+    def __init__(self, cap: int = OUTPUT_CAP_BYTES) -> None:
+        self._cap = cap
+        self._parts: deque[str] = deque()
+        self._size = 0
+        self._dropped = 0
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        self._parts.append(text)
+        self._size += len(text.encode())
+        while self._size > self._cap and self._parts:
+            head = self._parts.popleft()
+            size = len(head.encode())
+            excess = self._size - self._cap
+            if size > excess:  # keep the end of a part that straddles the cap
+                kept = head.encode()[excess:].decode(errors="ignore")
+                self._parts.appendleft(kept)
+                self._size = self._size - size + len(kept.encode())
+                self._dropped += size - len(kept.encode())
+                break
+            self._size -= size
+            self._dropped += size
+
+    def text(self) -> str:
+        body = "".join(self._parts)
+        if self._dropped:
+            return f"[... {self._dropped} bytes of earlier build output truncated ...]\n{body}"
+        return body
+
+
+class DockerImageBuilder:
+    """Builds, reuses and retires images; implements ``ImageBuilder``.
+
+    ``labels`` are added to every image built and narrow what cleanup looks at
+    (tests use them to own exactly their images); they also enter the
+    dependency fingerprint, so differently labelled builders never share a
+    dependency image.
+    """
+
+    def __init__(
+        self,
+        docker: aiodocker.Docker,
+        *,
+        max_concurrent_builds: int = 2,
+        labels: Mapping[str, str] | None = None,
+        runtimes: Mapping[str, Runtime] = RUNTIMES,
+        output_cap: int = OUTPUT_CAP_BYTES,
+        build_timeout: float = 900.0,
+    ) -> None:
+        self._docker = docker
+        self._builds = anyio.Semaphore(max_concurrent_builds)
+        self._labels = dict(labels or {})
+        self._runtimes = runtimes
+        self._output_cap = output_cap
+        self._build_timeout = build_timeout
+        self._locks: dict[str, anyio.Lock] = {}
+        self._pinned: Counter[str] = Counter()  # images in use by a prepare in progress
+        self._architecture: str | None = None
+
+    # --- prepare -----------------------------------------------------------------
+    async def prepare(
+        self, function: str, directory: Path, template: BuildTemplate
+    ) -> FunctionImage:
+        try:
+            return await self._prepare(function, directory, template)
+        except BuildError as exc:
+            raise BuildError(f'function "{function}": {exc}', exc.output) from exc
+
+    async def _prepare(
+        self, function: str, directory: Path, template: BuildTemplate
+    ) -> FunctionImage:
+        runtime = self._runtime(template.runtime)
+        sources = await anyio.to_thread.run_sync(_read, directory)
+        fp = fingerprint(sources)
+        tag = image_tag(function, fp)
+        files = app_files(sources)
+        dep_plan = runtime.plan_dependencies(files)
+        fn_plan = runtime.plan_function(files, handler_modules(template))
+        files = app_files(sources, fn_plan)
+        dep_tag, dep_dockerfile = await self._dependency_recipe(runtime, dep_plan)
+        boot_path, boot_bytes = bootstrap_source(runtime.name)
+        dockerfile = render_function_dockerfile(
+            runtime, dep_tag, fn_plan, boot_path, bootstrap_command(runtime.name)
+        )
+        recipe = fingerprint([("Dockerfile", dockerfile.encode()), (boot_path, boot_bytes)])
+        labels = {
+            **self._labels,
+            "relay.type": "function",
+            "relay.function": function,
+            "relay.runtime": runtime.name,
+            "relay.fingerprint": fp,
+            "relay.dependency": dep_tag,
+            "relay.bootstrap-version": BOOTSTRAP_VERSION,
+            "relay.build": recipe[:DEPENDENCY_TAG_HEX],
+        }
+        result = FunctionImage(
+            function=function,
+            runtime=runtime.name,
+            fingerprint=fp,
+            image=tag,
+            dependency_image=dep_tag,
+            built=False,
+        )
+        async with self._lock(tag):
+            existing = await self._inspect(tag)
+            if existing is not None and _labels_of(existing).get("relay.build") == labels[
+                "relay.build"
+            ]:
+                log.info("function_image_reused", function=function, image=tag)
+                return result
+            self._pinned[tag] += 1
+            self._pinned[dep_tag] += 1
+            try:
+                await self._ensure_dependency(runtime, dep_tag, dep_plan, dep_dockerfile)
+                context = function_context(dockerfile, files, boot_path, boot_bytes)
+                await self._build(tag, context, labels, kind="function", notes=fn_plan.notes)
+            finally:
+                self._pinned[tag] -= 1
+                self._pinned[dep_tag] -= 1
+        return msgspec.structs.replace(result, built=True)
+
+    def _runtime(self, name: str | None) -> Runtime:
+        if name is None:
+            raise BuildError("the template declares no runtime; a handler needs one")
+        try:
+            return self._runtimes[name]
+        except KeyError:
+            known = ", ".join(sorted(self._runtimes))
+            raise BuildError(f"unknown runtime {name!r} (supported: {known})") from None
+
+    async def _dependency_recipe(
+        self, runtime: Runtime, plan: DependencyPlan
+    ) -> tuple[str, str]:
+        dockerfile = render_dependency_dockerfile(runtime, plan)
+        parts = [
+            ("relay/recipe", b"dependency-v1"),
+            ("relay/runtime", runtime.name.encode()),
+            ("relay/architecture", (await self._arch()).encode()),
+            ("relay/base-image", runtime.base_image.encode()),
+            ("relay/installer", runtime.installer.encode()),
+            ("relay/dockerfile", dockerfile.encode()),
+            *((f"relay/label/{k}", v.encode()) for k, v in sorted(self._labels.items())),
+            *((f"manifest/{name}", data) for name, data in plan.manifests),
+        ]
+        dep_fp = fingerprint(parts)
+        return f"relay-dep-{runtime.name}-{dep_fp[:DEPENDENCY_TAG_HEX]}", dockerfile
+
+    async def _ensure_dependency(
+        self, runtime: Runtime, tag: str, plan: DependencyPlan, dockerfile: str
+    ) -> None:
+        async with self._lock(tag):
+            if await self._inspect(tag) is not None:
+                return
+            labels = {
+                **self._labels,
+                "relay.type": "dependency",
+                "relay.runtime": runtime.name,
+                "relay.fingerprint": tag.rsplit("-", 1)[-1],
+            }
+            context = dependency_context(dockerfile, plan)
+            await self._build(tag, context, labels, kind="dependency", notes=(plan.kind,))
+
+    async def _build(
+        self,
+        tag: str,
+        context: bytes,
+        labels: Mapping[str, str],
+        *,
+        kind: str,
+        notes: tuple[str, ...] = (),
+    ) -> None:
+        output = CappedOutput(self._output_cap)
+        error: str | None = None
+        async with self._builds:
+            started = time.monotonic()
+            log.info("image_build_started", image=tag, kind=kind, notes=list(notes))
+            try:
+                with anyio.fail_after(self._build_timeout):
+                    stream = self._docker.images.build(
+                        fileobj=io.BytesIO(context),
+                        encoding="application/x-tar",
+                        tag=tag,
+                        labels=dict(labels),
+                        rm=True,
+                        forcerm=True,
+                        stream=True,
+                    )
+                    async for chunk in stream:
+                        error = _record(chunk, output) or error
+            except DockerStreamError as exc:
+                error = exc.message
+                output.add(f"{exc.message}\n")
+            except DockerError as exc:
+                raise DependencyUnavailable(
+                    f"the Docker engine refused to build {tag}: {exc.message}"
+                ) from exc
+            except TimeoutError as exc:
+                raise BuildError(
+                    f"building {kind} image {tag} took longer than {self._build_timeout:g}s",
+                    output.text(),
+                ) from exc
+        if error is not None:
+            log.warning("image_build_failed", image=tag, kind=kind, error=error)
+            raise BuildError(f"{kind} image build failed: {_one_line(error)}", output.text())
+        if await self._inspect(tag) is None:
+            raise BuildError(f"{kind} image {tag} missing after a build", output.text())
+        log.info(
+            "image_built", image=tag, kind=kind, seconds=round(time.monotonic() - started, 2)
+        )
+
+    # --- cleanup -----------------------------------------------------------------
+    async def retire(self, function: str, keep: Collection[str]) -> list[str]:
+        images = await self._list_images("function", f"relay.function={function}")
+        names, ids = await self._container_references()
+        keep_set = set(keep)
+        removed: list[str] = []
+        for image in images:
+            tags = _tags(image)
+            if keep_set & {*tags, image["Id"]}:
+                continue
+            if any(self._pinned[t] > 0 for t in tags):
+                continue
+            if image["Id"] in ids or names & set(tags):
+                log.info("function_image_in_use", function=function, image=tags or image["Id"])
+                continue
+            removed.extend(await self._remove(tags or [image["Id"]]))
+        if removed:
+            await self.collect_dependency_images()
+        return removed
+
+    async def collect_dependency_images(self) -> list[str]:
+        used = {
+            _labels_of(image).get("relay.dependency")
+            for image in await self._list_images("function")
+        }
+        removed: list[str] = []
+        for image in await self._list_images("dependency"):
+            tags = _tags(image)
+            if used & set(tags) or any(self._pinned[t] > 0 for t in tags):
+                continue
+            removed.extend(await self._remove(tags or [image["Id"]]))
+        return removed
+
+    async def _remove(self, names: list[str]) -> list[str]:
+        removed = []
+        for name in names:
+            try:
+                await self._docker.images.delete(name, force=False)
+            except DockerError as exc:
+                if exc.status == _NOT_FOUND:
+                    continue
+                # 409: a container or a child image still uses it; never forced.
+                log.info("image_remove_skipped", image=name, reason=exc.message)
+                continue
+            log.info("image_removed", image=name)
+            removed.append(name)
+        return removed
+
+    async def _container_references(self) -> tuple[set[str], set[str]]:
+        """Image names from containers' ``relay.image`` labels, and image ids of
+        every container in any state."""
+        try:
+            containers = await self._docker.containers.list(all=1)
+        except DockerError as exc:
+            raise DependencyUnavailable(f"cannot list containers: {exc.message}") from exc
+        names: set[str] = set()
+        ids: set[str] = set()
+        for container in containers:
+            labels = container["Labels"] or {}
+            if labels.get("relay.image"):
+                names.add(labels["relay.image"])
+            if container["ImageID"]:
+                ids.add(container["ImageID"])
+        return names, ids
+
+    async def _list_images(self, kind: str, *more: str) -> list[dict[str, Any]]:
+        selectors = [f"relay.type={kind}", *more, *(f"{k}={v}" for k, v in self._labels.items())]
+        try:
+            images: list[dict[str, Any]] = await self._docker.images.list(
+                filters={"label": selectors}
+            )
+        except DockerError as exc:
+            raise DependencyUnavailable(f"cannot list images: {exc.message}") from exc
+        return images
+
+    # --- helpers -----------------------------------------------------------------
+    async def _inspect(self, tag: str) -> dict[str, Any] | None:
+        try:
+            info: dict[str, Any] = await self._docker.images.inspect(tag)
+        except DockerError as exc:
+            if exc.status == _NOT_FOUND:
+                return None
+            raise DependencyUnavailable(f"cannot inspect image {tag}: {exc.message}") from exc
+        return info
+
+    async def _arch(self) -> str:
+        if self._architecture is None:
+            try:
+                info = await self._docker.system.info()
+            except DockerError as exc:
+                raise DependencyUnavailable(f"cannot query the Docker engine: {exc}") from exc
+            self._architecture = str(info.get("Architecture", "unknown"))
+        return self._architecture
+
+    def _lock(self, key: str) -> anyio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = anyio.Lock()
+        return lock
+
+
+def _read(directory: Path) -> list[tuple[str, bytes]]:
+    if not directory.is_dir():
+        raise BuildError(f"{directory} is not a directory")
+    return read_sources(directory, select_sources(directory))
+
+
+def _record(chunk: Mapping[str, Any], output: CappedOutput) -> str | None:
+    if "stream" in chunk:
+        output.add(str(chunk["stream"]))
+    if "error" in chunk or "errorDetail" in chunk:
+        detail = chunk.get("errorDetail") or {}
+        message = str(detail.get("message") or chunk.get("error") or "unknown error")
+        output.add(f"{message}\n")
+        return message
+    return None
+
+
+def _tags(image: Mapping[str, Any]) -> list[str]:
+    return [t for t in (image.get("RepoTags") or []) if t and t != "<none>:<none>"]
+
+
+def _labels_of(image: Mapping[str, Any]) -> dict[str, str]:
+    labels = image.get("Labels")
+    if labels is None:
+        labels = (image.get("Config") or {}).get("Labels")
+    return dict(labels or {})
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "unknown error"
