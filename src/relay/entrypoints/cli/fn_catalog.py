@@ -1,10 +1,50 @@
-"""``relay function ls`` and ``relay function inspect``: read the state database only."""
+"""``relay function ls`` and ``relay function inspect``: read the state database only.
+
+Neither command needs Redis, Docker or the functions directory: they render the
+rows the worker's state view wrote to ``<state dir>/db.sqlite3``. ``inspect``
+additionally asks a running worker for its live pool gauges over the control
+socket, and says ``unknown`` when no worker answers.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
 import typer
 
-from relay.entrypoints.cli.common import not_available
+from relay.adapters.control.client import fetch_pool
+from relay.adapters.sqlite.db import StateDatabase, open_db_readonly, parse_rfc3339
+from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.config import load_paths
+
+_LABEL = 17  # "Last reconcile:  " — every inspect value starts in this column
+_STATS = (
+    ("Events matched:", "events_matched"),
+    ("Handler successes:", "handler_success"),
+    ("Handler failures:", "handler_failure"),
+    ("Retries:", "retries"),
+    ("DLQ entries:", "dlq_entries"),
+)
+_POOL_LIVE = (
+    ("Capacity:", "capacity"),
+    ("Containers:", "containers"),
+    ("Busy:", "busy"),
+    ("Idle:", "idle"),
+)
+_POOL_COUNTERS = (
+    ("Warm acquires:", "warm_acquires"),
+    ("Cold starts:", "cold_starts"),
+    ("Discarded:", "discarded"),
+)
+_ABSOLUTE_AFTER_S = 30 * 86400
+_DEFAULT_TIMEOUT = "6s"  # the template defaults: shown for events, omitted for schedules
+_DEFAULT_RETRIES = 4
 
 
 def register(app: typer.Typer) -> None:
@@ -14,9 +54,208 @@ def register(app: typer.Typer) -> None:
 
 def ls() -> None:
     """List loaded functions."""
-    not_available("function ls")
+    db = _open()
+    rows = [] if db is None else _read(db, lambda d: d.rows("functions"))
+    for line in render_ls([data for _name, data, _updated in rows], time.time()):
+        out(line)
 
 
 def inspect_(name: str) -> None:
     """Show one function's state, handlers, stats and runtime pool."""
-    not_available("function inspect")
+    db = _open()
+    found = None if db is None else _read(db, lambda d: d.row("functions", name))
+    if found is None or db is None:
+        fail(f'function "{name}" not found')
+    stats = _read(db, lambda d: d.row("function_stats", name))
+    paths = load_paths(os.environ)
+    pool = fetch_pool(paths.socket, name)
+    lines = render_inspect(found[0], stats[0] if stats else {}, pool, time.time())
+    for line in lines:
+        out(line)
+
+
+# --- rendering (pure) ----------------------------------------------------------
+def render_ls(rows: list[Mapping[str, Any]], now: float) -> list[str]:
+    """The ``ls`` table, sorted by name; the name column widens for long names."""
+    rows = sorted(rows, key=lambda r: str(r.get("name", "")))
+    width = max([20, *(len(str(r.get("name", ""))) for r in rows)]) + 1
+    lines = [f"{'NAME':<{width}}{'RUNTIME':<12}{'STATUS':<8}UPDATED"]
+    for row in rows:
+        when = parse_rfc3339(str(row.get("prepared_at") or row.get("updated_at") or ""))
+        updated = "-" if when is None else age(when, now)
+        lines.append(
+            f"{row.get('name', ''):<{width}}{row.get('runtime') or '-':<12}"
+            f"{row.get('status', 'pending'):<8}{updated}"
+        )
+    return lines
+
+
+def render_inspect(
+    row: Mapping[str, Any],
+    stats: Mapping[str, Any],
+    pool: Mapping[str, Any] | None,
+    now: float,
+    describe: Callable[[str], str | None] | None = None,
+) -> list[str]:
+    """Every section of ``inspect``, in the spec's order."""
+    lines = _header(row, now)
+    lines += _events(row.get("handlers") or [])
+    lines += _schedules(row.get("schedules") or [], describe or describe_cron)
+    lines += _services(row.get("services") or [])
+    lines.append("Stats:")
+    lines += _aligned((label, _count(stats, key)) for label, key in _STATS)
+    lines += _mapping("Environment:", row.get("env") or {})
+    lines += _mapping("Secrets:", row.get("secrets") or {})
+    lines.append("Runtime pool:")
+    lines += _aligned(_pool_lines(stats, pool))
+    return lines
+
+
+def _header(row: Mapping[str, Any], now: float) -> list[str]:
+    status = str(row.get("status", "pending"))
+    fields: list[tuple[str, str]] = [
+        ("Name:", str(row.get("name", ""))),
+        ("Runtime:", str(row.get("runtime") or "-")),
+        ("Status:", status),
+    ]
+    if status == "ready":
+        prepared = str(row.get("prepared_at") or "")
+        when = parse_rfc3339(prepared)
+        fields += [
+            ("Image:", str(row.get("image") or "")),
+            ("Fingerprint:", str(row.get("fingerprint") or "")),
+            ("Prepared:", prepared if when is None else f"{prepared} ({age(when, now)})"),
+        ]
+    outcome = row.get("last_reconcile_status")
+    if outcome:
+        at = parse_rfc3339(str(row.get("last_reconcile_at") or ""))
+        fields.append(("Last reconcile:", outcome if at is None else f"{outcome} ({age(at, now)})"))
+    error = row.get("last_error")
+    if error:
+        fields.append(("Last error:", _first_line(str(error))))
+    return [f"{label:<{_LABEL}}{value}" for label, value in fields]
+
+
+def _events(handlers: list[Mapping[str, Any]]) -> list[str]:
+    if not handlers:
+        return []
+    width = max(len(str(h.get("name", ""))) for h in handlers)
+    lines = ["Events:"]
+    for h in handlers:
+        timeout = h.get("timeout", _DEFAULT_TIMEOUT)
+        lines.append(f"  {h.get('name', ''):<{width}}  timeout={timeout}{_retries(h)}")
+    return lines
+
+
+def _schedules(
+    schedules: list[Mapping[str, Any]], describe: Callable[[str], str | None]
+) -> list[str]:
+    if not schedules:
+        return []
+    width = max(len(str(s.get("handler", ""))) for s in schedules)
+    lines = ["Schedules:"]
+    for s in schedules:
+        cron = str(s.get("cron", ""))
+        text = _safe_describe(describe, cron)
+        parts = [f'cron="{cron}"' + (f" ({text})" if text else "")]
+        parts.append(f"timezone={s.get('timezone') or 'UTC'}")
+        timeout = str(s.get("timeout") or "")
+        if timeout and timeout != _DEFAULT_TIMEOUT:
+            parts.append(f"timeout={timeout}")
+        lines.append(f"  {s.get('handler', ''):<{width}}  {' '.join(parts)}{_retries(s)}")
+    return lines
+
+
+def _services(services: list[Mapping[str, Any]]) -> list[str]:
+    if not services:
+        return []
+    lines = ["Services:"]
+    for s in services:
+        source = next(
+            (f"{k}={s[k]}" for k in ("entrypoint", "build", "image") if s.get(k)), "?"
+        )
+        parts = [source, f"port={s.get('port', 80)}", f"replicas={s.get('replicas', 1)}"]
+        parts += [f"{k}={s[k]}" for k in ("host", "path") if s.get(k)]
+        lines.append("  " + " ".join(parts))
+    return lines
+
+
+def _mapping(title: str, values: Mapping[str, Any]) -> list[str]:
+    if not values:
+        return []
+    return [title, *(f"  {key}={values[key]}" for key in sorted(values))]
+
+
+def _pool_lines(
+    stats: Mapping[str, Any], pool: Mapping[str, Any] | None
+) -> list[tuple[str, str]]:
+    live = [
+        (label, "unknown" if pool is None else _count(pool, key)) for label, key in _POOL_LIVE
+    ]
+    if pool is not None and int(pool.get("starting") or 0) > 0:
+        live.append(("Starting:", _count(pool, "starting")))
+    return live + [(label, _count(stats, key)) for label, key in _POOL_COUNTERS]
+
+
+def _aligned(pairs: Any) -> list[str]:
+    pairs = list(pairs)
+    width = max(len(label) for label, _ in pairs) + 2
+    return [f"  {label:<{width}}{value}" for label, value in pairs]
+
+
+def _count(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    return str(int(value)) if isinstance(value, int | float) else "0"
+
+
+def _retries(rule: Mapping[str, Any]) -> str:
+    retries = rule.get("retries")
+    return "" if retries is None or retries == _DEFAULT_RETRIES else f" retries={retries}"
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def age(then: float, now: float) -> str:
+    """``12s ago``, ``3m ago``, ``2h ago``, ``5d ago``; a date beyond ~30 days."""
+    seconds = max(0, int(now - then))
+    if seconds >= _ABSOLUTE_AFTER_S:
+        return datetime.fromtimestamp(then, UTC).strftime("%Y-%m-%d")
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def describe_cron(cron: str) -> str | None:
+    """The 24-hour description of ``cron`` from ``relay.domain.cron_text`` (if present)."""
+    try:
+        module = importlib.import_module("relay.domain.cron_text")
+    except ImportError:
+        return None
+    describe: Callable[[str], str | None] | None = getattr(module, "describe", None)
+    return None if describe is None else describe(cron)
+
+
+def _safe_describe(describe: Callable[[str], str | None], cron: str) -> str | None:
+    try:
+        return describe(cron)
+    except Exception:  # noqa: BLE001 - display only: a raw cron beats a failed inspect
+        return None
+
+
+# --- database access ------------------------------------------------------------
+def _open() -> StateDatabase | None:
+    path = load_paths(os.environ).database
+    try:
+        return open_db_readonly(path)
+    except sqlite3.Error as exc:
+        fail(f"cannot read the state database {path}: {exc}")
+
+
+def _read(db: StateDatabase, query: Callable[[StateDatabase], Any]) -> Any:
+    try:
+        return query(db)
+    except sqlite3.Error as exc:
+        fail(f"cannot read the state database {db.path}: {exc}")

@@ -1,0 +1,397 @@
+"""Reconciling functions: from a directory on disk to a version that serves.
+
+One reconcile of one function is: validate the name, load the template, prepare
+the image (reused when its fingerprint already has one, else built), and ONLY
+THEN swap it in: resize the function's concurrency slots, activate the image in
+the container runtime, publish the new catalog, and retire superseded images.
+Anything failing before the swap leaves the previous version serving and is
+recorded as ``FunctionReconcileFailed``. A directory whose ``template.yaml`` is
+momentarily missing (an editor's save, a git checkout) keeps its version; a
+directory that is gone removes the function, letting in-flight work finish.
+
+Reconciles of one function are serialised; different functions proceed in
+parallel (image builds are bounded by the builder itself). Events are published
+as they happen rather than at the end of a command, because a full pass can take
+minutes and operators should see each function become pending, then ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import anyio.to_thread
+import structlog
+
+from relay.application.bus import Handler, Outcome
+from relay.application.ports import Clock, ContainerRuntime, FunctionSource, ImageBuilder
+from relay.application.registry import ActiveFunction, FunctionRegistry
+from relay.domain.commands import PrepareFunction, ReconcileAll, ReconcileFunction, RemoveFunction
+from relay.domain.errors import RelayError, TemplateError
+from relay.domain.events import (
+    FunctionDiscovered,
+    FunctionPrepared,
+    FunctionReconcileFailed,
+    FunctionRemoved,
+    FunctionSkipped,
+    FunctionSummary,
+    HandlerSummary,
+    ScheduleSummary,
+    ServiceSummary,
+)
+from relay.domain.functions import FunctionImage
+from relay.domain.messages import Command, DomainEvent
+from relay.domain.names import function_name_problem
+from relay.domain.template import Template
+
+_log = structlog.get_logger(__name__)
+
+Publish = Callable[[Iterable[DomainEvent]], Awaitable[None]]
+
+# What one reconcile of one function did (the commands' results).
+PREPARED = "prepared"  # a new version now serves
+UNCHANGED = "unchanged"  # the serving version already matches the source
+FAILED = "failed"  # template or build failed; the previous version (if any) serves
+WAITING = "waiting"  # template.yaml missing: keep what serves, wait for more changes
+SKIPPED = "skipped"  # not a function (invalid name, or no template and never served)
+REMOVED = "removed"
+
+# A superseded image still used by a draining container cannot go at once; the
+# following full passes (every 30 s) try again this many times. The next start's
+# sweep catches anything left after that.
+RETIRE_RETRY_PASSES = 3
+
+
+class FunctionSlots(Protocol):
+    """The per-function concurrency limits (``relay.application.concurrency.Slots``)."""
+
+    def effective(self, capacity: int) -> int: ...
+
+    def resize(self, function: str, capacity: int) -> None: ...
+
+    def forget(self, function: str) -> None: ...
+
+
+def summarize(template: Template) -> FunctionSummary:
+    """The parts of a template the state view records (secret names, not values)."""
+    return FunctionSummary(
+        runtime=template.runtime,
+        concurrency=template.concurrency,
+        handlers=tuple(
+            HandlerSummary(handler=r.handler, timeout_ns=r.timeout_ns, retries=r.retries)
+            for r in template.events
+        ),
+        schedules=tuple(
+            ScheduleSummary(
+                handler=s.handler,
+                cron=s.cron,
+                timezone=s.timezone,
+                timeout_ns=s.timeout_ns,
+                retries=s.retries,
+            )
+            for s in template.schedules
+        ),
+        services=tuple(
+            ServiceSummary(
+                **{s.kind: s.source},
+                host=s.host,
+                path=s.path,
+                port=s.port,
+                replicas=s.replicas,
+            )
+            for s in template.services
+        ),
+        env=dict(template.env),
+        secrets=dict(template.secrets),
+    )
+
+
+class Reconciler:
+    """The use cases behind ``PrepareFunction``, ``RemoveFunction``,
+    ``ReconcileFunction`` and ``ReconcileAll``; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        registry: FunctionRegistry,
+        source: FunctionSource,
+        builder: ImageBuilder,
+        runtime: ContainerRuntime,
+        slots: FunctionSlots,
+        clock: Clock,
+        publish: Publish,
+    ) -> None:
+        self.registry = registry
+        self._source = source
+        self._builder = builder
+        self._runtime = runtime
+        self._slots = slots
+        self._clock = clock
+        self._publish = publish
+        self._locks: dict[str, anyio.Lock] = {}
+        self._failures: dict[str, str] = {}  # last recorded failure, per function
+        self._skipped: dict[str, str] = {}  # invalid names already reported
+        self._retire: dict[str, int] = {}  # functions to retire again: name -> passes left
+
+    def handlers(self) -> Mapping[type[Command], Handler]:
+        """This use case's rows of the bus's handler table."""
+
+        async def prepare(cmd: PrepareFunction) -> Outcome[str]:
+            return Outcome(await self.prepare(cmd.name, cmd.directory))
+
+        async def remove(cmd: RemoveFunction) -> Outcome[str]:
+            return Outcome(await self.remove(cmd.name))
+
+        async def one(cmd: ReconcileFunction) -> Outcome[str]:
+            return Outcome(await self.reconcile_function(cmd.name))
+
+        async def every(_cmd: ReconcileAll) -> Outcome[dict[str, str]]:
+            return Outcome(await self.reconcile_all())
+
+        return {
+            PrepareFunction: prepare,
+            RemoveFunction: remove,
+            ReconcileFunction: one,
+            ReconcileAll: every,
+        }
+
+    # --- whole directory --------------------------------------------------------
+    async def reconcile_all(self) -> dict[str, str]:
+        """Re-scan and reconcile every function in parallel; returns name -> result."""
+        found = await anyio.to_thread.run_sync(self._source.scan)
+        present = {f.name for f in found}
+        results: dict[str, str] = {}
+
+        async def run(name: str, step: Callable[[], Awaitable[str]]) -> None:
+            results[name] = await step()
+
+        async with anyio.create_task_group() as tg:
+            for entry in found:
+                if entry.has_template or entry.name in self.registry.current().functions:
+                    tg.start_soon(run, entry.name, _bind(self.prepare, entry.name, entry.directory))
+            for name in self._known() - present:
+                tg.start_soon(run, name, _bind(self.remove, name))
+            for name in list(self._retire):
+                tg.start_soon(self._retry_retire, name)
+        return results
+
+    async def reconcile_function(self, name: str) -> str:
+        """Converge one function after a change under its directory."""
+        directory = self._source.directory_of(name)
+        exists = await anyio.to_thread.run_sync(Path(directory).is_dir)
+        if not exists:
+            return await self.remove(name)
+        return await self.prepare(name, directory)
+
+    # --- one function -------------------------------------------------------------
+    async def prepare(self, name: str, directory: str) -> str:
+        problem = function_name_problem(name)
+        if problem is not None:
+            return await self._skip(name, f"invalid function name: {problem}")
+        async with self._lock(name):
+            try:
+                template = await anyio.to_thread.run_sync(self._source.load_template, directory)
+            except TemplateError as exc:
+                return await self._failed(name, f"invalid template: {exc}", None)
+            if template is None:
+                return self._waiting(name)
+            await self._note_pending(name, directory, template)
+            try:
+                image = await self._builder.prepare(name, Path(directory), template)
+            except Exception as exc:  # noqa: BLE001 - one function never stops the others
+                if not isinstance(exc, RelayError):
+                    _log.exception("function_prepare_crashed", function=name)
+                return await self._failed(name, str(exc), template)
+            return await self._swap(name, directory, template, image)
+
+    async def remove(self, name: str) -> str:
+        async with self._lock(name):
+            known = name in self._known()
+            self._failures.pop(name, None)
+            self._skipped.pop(name, None)
+            if name in self.registry.current().functions:
+                self.registry.drop(name)
+                self._runtime.remove(name)
+                self._slots.forget(name)
+            if not known:
+                return SKIPPED
+            _log.info("function_removed", function=name)
+            await self._publish([FunctionRemoved(name=name, at=self._clock.now())])
+            await self._retire_images(name)
+            return REMOVED
+
+    # --- steps ----------------------------------------------------------------------
+    async def _swap(
+        self, name: str, directory: str, template: Template, image: FunctionImage
+    ) -> str:
+        current = self.registry.get(name)
+        if (
+            current is not None
+            and current.fingerprint == image.fingerprint
+            and current.image == image.image
+            and name not in self._failures
+        ):
+            return UNCHANGED
+        now = self._clock.now()
+        if current is not None and current.fingerprint == image.fingerprint:
+            now = current.prepared_at or now  # the same version again (after a failure)
+        capacity = self._slots.effective(template.concurrency)
+        self._slots.resize(name, template.concurrency)
+        if template.runtime is not None:
+            self._runtime.activate(name, image.image, template.runtime, capacity)
+        self.registry.put(
+            ActiveFunction(
+                name=name,
+                directory=directory,
+                template=template,
+                runtime=template.runtime,
+                image=image.image,
+                fingerprint=image.fingerprint,
+                prepared_at=now,
+            )
+        )
+        self._failures.pop(name, None)
+        _log.info(
+            "function_prepared",
+            function=name,
+            image=image.image,
+            built=image.built,
+            capacity=capacity,
+        )
+        await self._publish(
+            [
+                FunctionPrepared(
+                    name=name,
+                    directory=directory,
+                    runtime=template.runtime,
+                    image=image.image,
+                    fingerprint=image.fingerprint,
+                    dependency_image=image.dependency_image,
+                    built=image.built,
+                    prepared_at=now,
+                    summary=summarize(template),
+                )
+            ]
+        )
+        await self._retire_images(name)
+        return PREPARED
+
+    async def _note_pending(self, name: str, directory: str, template: Template) -> None:
+        """A function without a serving version enters (or stays in) the catalog as
+        pending, so its matched events wait instead of being acknowledged."""
+        current = self.registry.get(name)
+        if current is not None and current.ready:
+            return
+        self.registry.put(
+            ActiveFunction(
+                name=name,
+                directory=directory,
+                template=template,
+                runtime=template.runtime,
+                image=None,
+                fingerprint=None,
+                prepared_at=None,
+                last_error=current.last_error if current is not None else None,
+            )
+        )
+        if current is None:
+            _log.info("function_discovered", function=name, directory=directory)
+            await self._publish(
+                [
+                    FunctionDiscovered(
+                        name=name,
+                        directory=directory,
+                        summary=summarize(template),
+                        at=self._clock.now(),
+                    )
+                ]
+            )
+
+    async def _failed(self, name: str, error: str, template: Template | None) -> str:
+        current = self.registry.get(name)
+        if current is not None and not current.ready:
+            self.registry.put(_with_error(current, error))
+        if self._failures.get(name) == error:
+            return FAILED  # the same failure again (periodic pass): nothing new to record
+        self._failures[name] = error
+        serving = current if current is not None and current.ready else None
+        _log.warning(
+            "function_reconcile_failed",
+            function=name,
+            error=error,
+            serving=serving.image if serving else None,
+        )
+        shown = serving.template if serving else (current.template if current else template)
+        await self._publish(
+            [
+                FunctionReconcileFailed(
+                    name=name,
+                    error=error,
+                    at=self._clock.now(),
+                    runtime=shown.runtime if shown else None,
+                    image=serving.image if serving else None,
+                    fingerprint=serving.fingerprint if serving else None,
+                    prepared_at=serving.prepared_at if serving else None,
+                    summary=summarize(shown) if shown else None,
+                )
+            ]
+        )
+        return FAILED
+
+    def _waiting(self, name: str) -> str:
+        if name in self.registry.current().functions:
+            _log.info("function_template_missing", function=name)
+            return WAITING
+        return SKIPPED
+
+    async def _skip(self, name: str, reason: str) -> str:
+        if self._skipped.get(name) != reason:
+            self._skipped[name] = reason
+            _log.warning("function_skipped", function=name, reason=reason)
+            await self._publish(
+                [FunctionSkipped(name=name, reason=reason, at=self._clock.now())]
+            )
+        return SKIPPED
+
+    async def _retire_images(self, name: str) -> None:
+        """Remove the function's images other than the one serving (call under the
+        function's lock, so ``keep`` is never stale). Images still used by draining
+        containers survive; the next few full passes try again."""
+        current = self.registry.get(name)
+        keep = (current.image,) if current is not None and current.image else ()
+        try:
+            await self._builder.retire(name, keep)
+        except Exception as exc:  # noqa: BLE001 - cleanup is best effort, retried later
+            _log.warning("function_retire_failed", function=name, error=str(exc))
+        passes = self._retire.get(name, RETIRE_RETRY_PASSES + 1) - 1
+        if passes > 0:
+            self._retire[name] = passes
+        else:
+            self._retire.pop(name, None)
+
+    async def _retry_retire(self, name: str) -> None:
+        async with self._lock(name):
+            if name in self._retire:
+                await self._retire_images(name)
+
+    def _known(self) -> set[str]:
+        """Functions this process has told observers about."""
+        return set(self.registry.current().functions) | set(self._failures)
+
+    def _lock(self, name: str) -> anyio.Lock:
+        return self._locks.setdefault(name, anyio.Lock())
+
+
+def _with_error(function: ActiveFunction, error: str) -> ActiveFunction:
+    fields: dict[str, Any] = {f: getattr(function, f) for f in function.__struct_fields__}
+    fields["last_error"] = error
+    return ActiveFunction(**fields)
+
+
+def _bind(step: Callable[..., Awaitable[str]], *args: str) -> Callable[[], Awaitable[str]]:
+    async def bound() -> str:
+        return await step(*args)
+
+    return bound
