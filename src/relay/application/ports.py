@@ -23,6 +23,7 @@ from relay.domain.outcome import (
     Settlement,
     StreamMessage,
 )
+from relay.domain.stats import StatsSnapshot
 from relay.domain.template import Template
 
 
@@ -213,3 +214,32 @@ class SecretStore(Protocol):
     def remove(self, name: str) -> None: ...
 
 
+class StatsSource(Protocol):
+    """The live cumulative counters (the worker's metrics registry)."""
+
+    def snapshot(self) -> StatsSnapshot:
+        """The counters and backlog gauges now."""
+        ...
+
+    def restore(self, persisted: StatsSnapshot) -> None:
+        """Start the counters from persisted totals (once, at startup)."""
+        ...
+
+
+class StatsStore(Protocol):
+    """The persisted ``stats`` and ``function_stats`` snapshots.
+
+    Implemented by ``relay.adapters.sqlite.stats_store.SqliteStatsStore``.
+    """
+
+    async def load(self) -> StatsSnapshot:
+        """The latest persisted snapshot; empty (zeros, ``updated_at`` None) if none."""
+        ...
+
+    async def save(self, snapshot: StatsSnapshot, at: float) -> None:
+        """Replace the global row and every listed function's row, atomically."""
+        ...
+
+    async def reset(self, at: float) -> None:
+        """Zero every cumulative counter in place (rows kept; backlog gauges kept)."""
+        ...
