@@ -1,0 +1,150 @@
+"""FileSecretStore on temporary directories: modes, atomic writes, symlinks, names."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from relay.adapters.fs.secrets import FileSecretStore, SecretStoreError
+from relay.domain.errors import InvalidNameError
+from relay.domain.execution import SecretNotFound
+from relay.entrypoints.cli import app
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FileSecretStore:
+    return FileSecretStore(tmp_path / "state" / "secrets")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_set_creates_0700_directory_and_0600_file(store: FileSecretStore) -> None:
+    old = os.umask(0)
+    try:
+        store.set("db-url", "postgres://u:p@h/db")
+    finally:
+        os.umask(old)
+    assert mode(store.directory) == 0o700
+    assert mode(store.directory / "db-url") == 0o600
+    assert store.get("db-url") == "postgres://u:p@h/db"
+
+
+def test_values_round_trip_verbatim(store: FileSecretStore) -> None:
+    value = "line one\nline two\n  spaced  \u00e9"
+    store.set("multi", value)
+    assert store.get("multi") == value
+    store.set("empty", "")
+    assert store.get("empty") == ""
+
+
+def test_overwrite_is_atomic_and_leaves_no_temporary_files(store: FileSecretStore) -> None:
+    store.set("k", "v1")
+    inode_before = os.lstat(store.directory / "k").st_ino
+    store.set("k", "v2")
+    assert store.get("k") == "v2"
+    # replaced by rename, not rewritten in place
+    assert os.lstat(store.directory / "k").st_ino != inode_before
+    assert sorted(os.listdir(store.directory)) == ["k"]
+
+
+def test_names_sorted_and_ignores_strays(store: FileSecretStore) -> None:
+    assert store.names() == []
+    store.set("b", "1")
+    store.set("a.b", "2")
+    (store.directory / ".tmp-leftover").write_text("x")
+    (store.directory / "UPPER").write_text("x")
+    os.mkdir(store.directory / "subdir")
+    os.symlink(store.directory / "b", store.directory / "link")
+    assert store.names() == ["a.b", "b"]
+
+
+def test_get_refuses_a_symlink(store: FileSecretStore, tmp_path: Path) -> None:
+    store.set("real", "x")
+    target = tmp_path / "outside"
+    target.write_text("not a secret")
+    os.symlink(target, store.directory / "planted")
+    with pytest.raises(SecretStoreError):
+        store.get("planted")
+
+
+def test_set_replaces_a_symlink_instead_of_writing_through_it(
+    store: FileSecretStore, tmp_path: Path
+) -> None:
+    store.set("real", "x")
+    target = tmp_path / "victim"
+    target.write_text("original")
+    os.symlink(target, store.directory / "k")
+    store.set("k", "new")
+    assert target.read_text() == "original"
+    assert not os.path.islink(store.directory / "k")
+    assert store.get("k") == "new"
+
+
+def test_a_symlinked_store_directory_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    os.symlink(real, tmp_path / "secrets")
+    store = FileSecretStore(tmp_path / "secrets")
+    with pytest.raises(SecretStoreError):
+        store.set("k", "v")
+
+
+def test_missing_secret(store: FileSecretStore) -> None:
+    with pytest.raises(SecretNotFound):
+        store.get("nope")
+    store.set("other", "x")
+    with pytest.raises(SecretNotFound):
+        store.get("nope")
+    with pytest.raises(SecretNotFound):
+        store.remove("nope")
+
+
+def test_remove(store: FileSecretStore) -> None:
+    store.set("k", "v")
+    store.remove("k")
+    assert store.names() == []
+    with pytest.raises(SecretNotFound):
+        store.get("k")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "Upper", ".hidden", "trailing.", "a/b", "../x", "a b", "x" * 64, "é"],
+)
+def test_invalid_names_are_refused_before_touching_the_path(
+    store: FileSecretStore, name: str
+) -> None:
+    for call in (lambda: store.set(name, "v"), lambda: store.get(name), lambda: store.remove(name)):
+        with pytest.raises(InvalidNameError):
+            call()
+    assert not store.directory.exists()
+
+
+@pytest.mark.parametrize("name", ["a", "db-url", "api_key", "v1.2", "x" * 63, "-a", "a-"])
+def test_valid_names(store: FileSecretStore, name: str) -> None:
+    store.set(name, "v")
+    assert store.get(name) == "v"
+
+
+def test_cli_set_ls_rm_never_prints_the_value(tmp_path: Path) -> None:
+    runner = CliRunner()
+    env = {"RELAY_STATE_DIR": str(tmp_path)}
+    result = runner.invoke(app, ["secret", "set", "api-key"], input="canary-7f3a", env=env)
+    assert result.exit_code == 0, result.output
+    assert "canary-7f3a" not in result.output
+    assert FileSecretStore(tmp_path / "secrets").get("api-key") == "canary-7f3a"
+    listed = runner.invoke(app, ["secret", "ls"], env=env)
+    assert listed.exit_code == 0
+    assert listed.output.splitlines() == ["NAME", "api-key"]
+    assert runner.invoke(app, ["secret", "rm", "api-key"], env=env).exit_code == 0
+    missing = runner.invoke(app, ["secret", "rm", "api-key"], env=env)
+    assert missing.exit_code == 1
+    bad = runner.invoke(app, ["secret", "set", "Bad/Name"], input="x", env=env)
+    assert bad.exit_code == 1
+    assert "Traceback" not in bad.output
