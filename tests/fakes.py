@@ -3,12 +3,15 @@ plain attributes; they are never mocks of Relay's own modules."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
+from pathlib import Path
 
 import anyio
 import anyio.lowlevel
 
+from relay.domain.errors import BuildError
 from relay.domain.execution import (
     InvocationRequest,
     InvocationResult,
@@ -16,6 +19,7 @@ from relay.domain.execution import (
     RuntimeUnavailable,
     SecretNotFound,
 )
+from relay.domain.functions import BuildTemplate, FunctionImage
 
 
 class FakeClock:
@@ -140,3 +144,90 @@ class InMemoryContainerRuntime:
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+# --- lifecycle: images ----------------------------------------------------------------
+class InMemoryImageBuilder:
+    """``ImageBuilder`` without Docker.
+
+    The fingerprint is a SHA-256 over the directory's files (paths and bytes); the
+    image is ``relay-fn-<name>:<first 16 hex>``. ``images`` holds the existing
+    images per function (an existing one is reused, ``built=False``). Set
+    ``failures[name]`` to make that function's next prepares raise ``BuildError``;
+    set ``gate`` to hold every prepare until the event is set. ``builds``,
+    ``prepares``, ``retired`` (function, keep) and ``in_use`` (images a draining
+    container still holds, never retired) record what happened.
+    """
+
+    def __init__(self) -> None:
+        self.images: dict[str, set[str]] = {}
+        self.failures: dict[str, str] = {}
+        self.gate: anyio.Event | None = None
+        self.builds: list[str] = []
+        self.prepares: list[str] = []
+        self.retired: list[tuple[str, tuple[str, ...]]] = []
+        self.removed_images: list[str] = []
+        self.in_use: set[str] = set()
+        self.dependency_collections = 0
+
+    async def prepare(
+        self, function: str, directory: Path, template: BuildTemplate
+    ) -> FunctionImage:
+        self.prepares.append(function)
+        if self.gate is not None:
+            await self.gate.wait()
+        if function in self.failures:
+            raise BuildError(self.failures[function], output="step 3/5: exit status 1")
+        fingerprint = _tree_fingerprint(directory)
+        image = f"relay-fn-{function}:{fingerprint[:16]}"
+        existing = self.images.setdefault(function, set())
+        built = image not in existing
+        if built:
+            self.builds.append(image)
+            existing.add(image)
+        return FunctionImage(
+            function=function,
+            runtime=template.runtime or "",
+            fingerprint=fingerprint,
+            image=image,
+            dependency_image=f"relay-dep-{template.runtime}:0123456789abcdef",
+            built=built,
+        )
+
+    async def retire(self, function: str, keep: Collection[str]) -> list[str]:
+        self.retired.append((function, tuple(keep)))
+        images = self.images.get(function, set())
+        gone = sorted(i for i in images if i not in keep and i not in self.in_use)
+        images.difference_update(gone)
+        self.removed_images.extend(gone)
+        return gone
+
+    async def collect_dependency_images(self) -> list[str]:
+        self.dependency_collections += 1
+        return []
+
+
+def _tree_fingerprint(directory: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+class InMemorySlots:
+    """The reconciler's view of ``Slots``: records each function's requested limit."""
+
+    def __init__(self, max_concurrency: int = 8) -> None:
+        self.max_concurrency = max_concurrency
+        self.limits: dict[str, int] = {}
+        self.forgotten: list[str] = []
+
+    def effective(self, capacity: int) -> int:
+        return max(1, min(capacity, self.max_concurrency))
+
+    def resize(self, function: str, capacity: int) -> None:
+        self.limits[function] = self.effective(capacity)
+
+    def forget(self, function: str) -> None:
+        self.limits.pop(function, None)
+        self.forgotten.append(function)

@@ -350,9 +350,7 @@ class Reconciler:
         if self._skipped.get(name) != reason:
             self._skipped[name] = reason
             _log.warning("function_skipped", function=name, reason=reason)
-            await self._publish(
-                [FunctionSkipped(name=name, reason=reason, at=self._clock.now())]
-            )
+            await self._publish([FunctionSkipped(name=name, reason=reason, at=self._clock.now())])
         return SKIPPED
 
     async def _retire_images(self, name: str) -> None:

@@ -189,8 +189,6 @@ def open_db_readonly(path: Path) -> StateDatabase | None:
     """
     if not path.is_file():
         return None
-    conn = sqlite3.connect(
-        f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False
-    )
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout=5000")
     return StateDatabase(path, conn)

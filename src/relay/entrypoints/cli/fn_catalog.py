@@ -171,9 +171,7 @@ def _services(services: list[Mapping[str, Any]]) -> list[str]:
         return []
     lines = ["Services:"]
     for s in services:
-        source = next(
-            (f"{k}={s[k]}" for k in ("entrypoint", "build", "image") if s.get(k)), "?"
-        )
+        source = next((f"{k}={s[k]}" for k in ("entrypoint", "build", "image") if s.get(k)), "?")
         parts = [source, f"port={s.get('port', 80)}", f"replicas={s.get('replicas', 1)}"]
         parts += [f"{k}={s[k]}" for k in ("host", "path") if s.get(k)]
         lines.append("  " + " ".join(parts))
@@ -186,12 +184,8 @@ def _mapping(title: str, values: Mapping[str, Any]) -> list[str]:
     return [title, *(f"  {key}={values[key]}" for key in sorted(values))]
 
 
-def _pool_lines(
-    stats: Mapping[str, Any], pool: Mapping[str, Any] | None
-) -> list[tuple[str, str]]:
-    live = [
-        (label, "unknown" if pool is None else _count(pool, key)) for label, key in _POOL_LIVE
-    ]
+def _pool_lines(stats: Mapping[str, Any], pool: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    live = [(label, "unknown" if pool is None else _count(pool, key)) for label, key in _POOL_LIVE]
     if pool is not None and int(pool.get("starting") or 0) > 0:
         live.append(("Starting:", _count(pool, "starting")))
     return live + [(label, _count(stats, key)) for label, key in _POOL_COUNTERS]
