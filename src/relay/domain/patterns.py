@@ -21,7 +21,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Final
 
 from relay.domain.durations import DurationError, format_duration, parse_duration
@@ -102,17 +102,15 @@ def parse_rfc3339(text: str) -> float | None:
         instant = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError:
         return None
+    seconds = instant.timestamp()
     if m.group(9) is not None:
         off_h, off_m = int(m.group(10)), int(m.group(11))
         if off_h > 23 or off_m > 59:
             return None
-        offset = timedelta(hours=off_h, minutes=off_m)
-        try:
-            instant = instant - offset if m.group(9) == "+" else instant + offset
-        except OverflowError:
-            return None
+        offset = off_h * 3600 + off_m * 60
+        seconds = seconds - offset if m.group(9) == "+" else seconds + offset
     fraction = float(m.group(7)) if m.group(7) else 0.0
-    return instant.timestamp() + fraction
+    return seconds + fraction
 
 
 def _format_instant(seconds: float) -> str:

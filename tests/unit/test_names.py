@@ -1,0 +1,74 @@
+"""Naming rules: function, secret and environment variable names."""
+
+from __future__ import annotations
+
+import pytest
+
+from relay.domain.errors import InvalidNameError
+from relay.domain.names import (
+    is_valid_env_name,
+    is_valid_function_name,
+    is_valid_secret_name,
+    validate_function_name,
+    validate_secret_name,
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["user-events", "welcome_email", "jobs.v2", "a", "0", "9lives", "a" * 63, "a.b-c_d", "a..b"],
+)
+def test_valid_function_names(name: str) -> None:
+    validate_function_name(name)
+    assert is_valid_function_name(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("User Events", "lowercase"),
+        ("hello/world", "lowercase"),
+        (".hidden", "lowercase"),
+        ("-dash", "lowercase"),
+        ("_under", "lowercase"),
+        ("Upper", "lowercase"),
+        ("jobs.", "dot"),
+        ("a" * 64, "at most 63"),
+        ("", "empty"),
+        ("tab\tname", "lowercase"),
+        ("caf\u00e9", "lowercase"),
+        ("name\n", "lowercase"),
+    ],
+)
+def test_invalid_function_names_are_rejected_never_sanitized(name: str, reason: str) -> None:
+    with pytest.raises(InvalidNameError, match=reason) as caught:
+        validate_function_name(name)
+    assert "\n" not in str(caught.value)
+    assert not is_valid_function_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["database-url", "api_key", "a", "v1.2", "-lead", "_x", "a" * 63, "0"]
+)
+def test_valid_secret_names(name: str) -> None:
+    assert is_valid_secret_name(name)
+    validate_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["", ".hidden", "trailing.", "Upper", "has space", "a/b", "a" * 64, "ünï"]
+)
+def test_invalid_secret_names(name: str) -> None:
+    assert not is_valid_secret_name(name)
+    with pytest.raises(InvalidNameError):
+        validate_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["API_URL", "_x", "a", "PATH2", "lower_case", "A1_B2"])
+def test_valid_env_names(name: str) -> None:
+    assert is_valid_env_name(name)
+
+
+@pytest.mark.parametrize("name", ["", "1ABC", "A-B", "A B", "A.B", "É", "A\n"])
+def test_invalid_env_names(name: str) -> None:
+    assert not is_valid_env_name(name)
