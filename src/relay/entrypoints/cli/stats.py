@@ -1,22 +1,96 @@
-"""``relay stats`` and ``relay stats reset``."""
+"""``relay stats`` and ``relay stats reset``.
+
+``relay stats`` reads the state database only (no Redis, Docker or worker): the
+snapshot the worker flushes every 5 seconds. ``relay stats reset`` goes through
+the running worker's control socket, so the worker records the reset baseline
+under its flush lock; without a worker it rewrites the database directly.
+"""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import time
+from pathlib import Path
+
 import typer
 
-from relay.entrypoints.cli.common import not_available
+from relay.adapters.control.client import WorkerUnavailable, request
+from relay.adapters.sqlite.db import open_db, open_db_readonly
+from relay.adapters.sqlite.stats_store import read_stats, reset_stats
+from relay.domain.durations import format_age
+from relay.domain.errors import RelayError
+from relay.domain.stats import StatsSnapshot
+from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.fn_catalog import age
+from relay.entrypoints.config import load_paths
 
 app = typer.Typer(help="Show or reset operational statistics.", invoke_without_command=True)
+
+_LABEL = 21  # "Oldest pending age:  ": every value starts in this column
+_COUNTERS = (
+    ("Events received:", "events_received"),
+    ("Events matched:", "events_matched"),
+    ("Events unmatched:", "events_unmatched"),
+    ("Handler successes:", "handler_success"),
+    ("Handler failures:", "handler_failure"),
+    ("Retries:", "retries"),
+    ("DLQ entries:", "dlq_entries"),
+    ("Pending entries:", "pending_entries"),
+)
 
 
 @app.callback()
 def show(ctx: typer.Context) -> None:
     """Show the latest persisted statistics."""
-    if ctx.invoked_subcommand is None:
-        not_available("stats")
+    if ctx.invoked_subcommand is not None:
+        return
+    path = load_paths(os.environ).database
+    try:
+        db = open_db_readonly(path)
+        snapshot = StatsSnapshot() if db is None else read_stats(db)
+    except sqlite3.Error as exc:
+        fail(f"cannot read the state database {path}: {exc}")
+    for line in render_stats(snapshot, time.time()):
+        out(line)
 
 
 @app.command("reset")
 def reset() -> None:
     """Zero the persisted cumulative statistics."""
-    not_available("stats reset")
+    paths = load_paths(os.environ)
+    try:
+        request(paths.socket, "reset_stats")
+    except WorkerUnavailable:
+        _reset_offline(paths.database)
+    except RelayError as exc:
+        fail(str(exc))
+    out("Statistics reset")
+
+
+def _reset_offline(path: Path) -> None:
+    if not path.is_file():
+        return  # nothing persisted yet: already zero
+    try:
+        db = open_db(path)
+        try:
+            reset_stats(db, time.time())
+        finally:
+            db.close()
+    except (sqlite3.Error, OSError) as exc:
+        fail(f"cannot reset the state database {path}: {exc}")
+
+
+def render_stats(snapshot: StatsSnapshot, now: float) -> list[str]:
+    """The ``relay stats`` lines: zeros and ``Updated: never`` for a fresh database."""
+    lines = [_line(label, str(snapshot.total(key))) for label, key in _COUNTERS]
+    lines.append(
+        _line("Oldest pending age:", format_age(snapshot.total("oldest_pending_age_seconds")))
+    )
+    updated = "never" if snapshot.updated_at is None else age(snapshot.updated_at, now)
+    lines.append(_line("Updated:", updated))
+    return lines
+
+
+def _line(label: str, value: str) -> str:
+    return f"{label:<{_LABEL}}{value}"
