@@ -8,11 +8,10 @@ socket, and says ``unknown`` when no worker answers.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +19,7 @@ import typer
 
 from relay.adapters.control.client import fetch_pool
 from relay.adapters.sqlite.db import StateDatabase, open_db_readonly, parse_rfc3339
+from relay.domain import cron_text
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import load_paths
 
@@ -75,7 +75,7 @@ def inspect_(name: str) -> None:
 
 
 # --- rendering (pure) ----------------------------------------------------------
-def render_ls(rows: list[Mapping[str, Any]], now: float) -> list[str]:
+def render_ls(rows: Sequence[Mapping[str, Any]], now: float) -> list[str]:
     """The ``ls`` table, sorted by name; the name column widens for long names."""
     rows = sorted(rows, key=lambda r: str(r.get("name", "")))
     width = max([20, *(len(str(r.get("name", ""))) for r in rows)]) + 1
@@ -100,7 +100,7 @@ def render_inspect(
     """Every section of ``inspect``, in the spec's order."""
     lines = _header(row, now)
     lines += _events(row.get("handlers") or [])
-    lines += _schedules(row.get("schedules") or [], describe or describe_cron)
+    lines += _schedules(row.get("schedules") or [], describe or cron_text.describe)
     lines += _services(row.get("services") or [])
     lines.append("Stats:")
     lines += _aligned((label, _count(stats, key)) for label, key in _STATS)
@@ -220,16 +220,6 @@ def age(then: float, now: float) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit} ago"
     return f"{seconds}s ago"
-
-
-def describe_cron(cron: str) -> str | None:
-    """The 24-hour description of ``cron`` from ``relay.domain.cron_text`` (if present)."""
-    try:
-        module = importlib.import_module("relay.domain.cron_text")
-    except ImportError:
-        return None
-    describe: Callable[[str], str | None] | None = getattr(module, "describe", None)
-    return None if describe is None else describe(cron)
 
 
 def _safe_describe(describe: Callable[[str], str | None], cron: str) -> str | None:
