@@ -53,8 +53,8 @@ def pool(**kw: int) -> PoolSnapshot:
 
 def exercised() -> Metrics:
     m = Metrics()
-    m.event_classified(["fn", "fn", "other"])
-    m.event_classified([])
+    m.event_classified(matched=True, functions=["fn", "fn", "other"])
+    m.event_classified(matched=False)
     m.invocation_finished("fn", "a.h", ok=True, duration_s=0.1)
     m.invocation_finished("fn", "a.h", ok=False, duration_s=0.2)
     m.retry_scheduled("fn")
@@ -65,7 +65,7 @@ def exercised() -> Metrics:
     m.container_acquired("fn", "warm", 0.001)
     m.container_waited("fn")
     m.container_discarded("fn", "timeout")
-    m.concurrency_waits.inc()
+    m.watch_worker(in_flight=lambda: 2, buffered=lambda: 5, concurrency_waits=lambda: 7)
     m.schedule_published.inc()
     m.schedule_duplicate.inc()
     m.schedule_failures.inc()
@@ -110,8 +110,11 @@ def test_received_equals_matched_plus_unmatched() -> None:
     assert reg.get_sample_value("function_events_matched_total", {"function": "other"}) == 1
 
 
-def test_pool_gauges_are_read_live() -> None:
+def test_pool_and_worker_gauges_are_read_live() -> None:
     reg = exercised().registry
+    assert reg.get_sample_value("in_flight_invocations") == 2
+    assert reg.get_sample_value("buffered_events") == 5
+    assert reg.get_sample_value("concurrency_waits_total") == 7
     assert reg.get_sample_value("runtime_pool_capacity", {"function": "fn"}) == 4
     assert reg.get_sample_value("runtime_containers", {"function": "fn", "state": "idle"}) == 2
     assert reg.get_sample_value(
@@ -142,7 +145,7 @@ def test_restore_keeps_counters_monotonic_and_discards_causal() -> None:
     )
     m = Metrics()
     m.restore(persisted)
-    m.event_classified(["fn"])
+    m.event_classified(matched=True, functions=["fn"])
     m.container_discarded("fn", "idle_timeout")
     snap = m.snapshot()
     assert snap.total("events_received") == 11

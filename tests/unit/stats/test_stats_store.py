@@ -45,7 +45,7 @@ class InMemoryStatsStore:
 def counted(n: int) -> Metrics:
     m = Metrics()
     for _ in range(n):
-        m.event_classified(["fn"])
+        m.event_classified(matched=True, functions=["fn"])
         m.invocation_finished("fn", "h", ok=True)
     return m
 
@@ -85,7 +85,7 @@ async def test_restore_then_flush_stays_monotonic(tmp_path: Path) -> None:
     metrics = counted(0)
     second = StatsRecorder(metrics, store, FakeClock())
     await second.restore()
-    metrics.event_classified([])
+    metrics.event_classified(matched=False)
     await second.flush()
     loaded = await store.load()
     assert loaded.total("events_received") == 4
@@ -102,7 +102,7 @@ async def test_reset_baseline_continues_from_zero_without_touching_prometheus() 
     await rec.flush()
     await rec.reset()
     assert store.persisted.total("events_received") == 0
-    metrics.event_classified(["fn"])
+    metrics.event_classified(matched=True, functions=["fn"])
     await rec.flush()
     assert store.persisted.total("events_received") == 1
     assert store.persisted.function("fn")["events_matched"] == 1
@@ -139,7 +139,7 @@ async def test_run_flushes_periodically_and_once_at_shutdown() -> None:
         tg.cancel_scope.cancel()
     count = len(store.writes)
     assert count >= 2  # at least one periodic flush plus the final one
-    metrics.event_classified([])
+    metrics.event_classified(matched=False)
     assert len(store.writes) == count
 
 

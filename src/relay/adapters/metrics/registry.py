@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
@@ -71,15 +71,6 @@ class Metrics:
         self.pending_oldest_age = Gauge(
             "pending_oldest_age_seconds", "Age of the oldest pending entry.", registry=r
         )
-        self.buffered_events = Gauge(
-            "buffered_events", "Events held in the local buffer.", registry=r
-        )
-        self.in_flight = Gauge(
-            "in_flight_invocations", "Invocations executing in this worker.", registry=r
-        )
-        self.concurrency_waits = Counter(
-            "concurrency_waits", "Concurrency-slot acquisitions that had to block.", registry=r
-        )
         self.schedule_published = Counter(
             "schedule_occurrences_published", "Schedule occurrences this worker published.",
             registry=r,
@@ -110,12 +101,14 @@ class Metrics:
         )
         self._pools = _PoolCollector()
         r.register(self._pools)
+        self._worker = _WorkerCollector()
+        r.register(self._worker)
 
     # --- event classification and invocations ------------------------------------
-    def event_classified(self, functions: Collection[str]) -> None:
-        """One logical event classified once: matched ``functions`` (deduped) or none."""
+    def event_classified(self, *, matched: bool, functions: Collection[str] = ()) -> None:
+        """One logical event classified once; ``functions`` matched it (deduped)."""
         self._globals["events_received"].inc()
-        if not functions:
+        if not matched:
             self._globals["events_unmatched"].inc()
             return
         self._globals["events_matched"].inc()
@@ -151,6 +144,20 @@ class Metrics:
     def set_backlog(self, pending: int, oldest_age_s: float) -> None:
         self.pending_entries.set(pending)
         self.pending_oldest_age.set(oldest_age_s)
+
+    def watch_worker(
+        self,
+        *,
+        in_flight: Callable[[], float],
+        buffered: Callable[[], float],
+        concurrency_waits: Callable[[], float],
+    ) -> None:
+        """Read ``in_flight_invocations``, ``buffered_events`` and
+        ``concurrency_waits_total`` at scrape time from the worker's own counters
+        (``Slots.in_flight``, ``MessageBuffer.occupancy``, ``Slots.waits_total``)."""
+        self._worker.in_flight = in_flight
+        self._worker.buffered = buffered
+        self._worker.concurrency_waits = concurrency_waits
 
     # --- warm container pools ------------------------------------------------------
     def watch_pools(self, source: PoolSource) -> None:
@@ -266,6 +273,37 @@ class _PoolCollector(Collector):
             containers.add_metric([function, "busy"], pool.busy)
             containers.add_metric([function, "starting"], pool.starting)
         return (capacity, containers)
+
+
+def _zero() -> float:
+    return 0.0
+
+
+class _WorkerCollector(Collector):
+    """Worker-local gauges and the concurrency-wait counter, read at scrape time."""
+
+    def __init__(self) -> None:
+        self.in_flight: Callable[[], float] = _zero
+        self.buffered: Callable[[], float] = _zero
+        self.concurrency_waits: Callable[[], float] = _zero
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+    def collect(self) -> Iterable[Metric]:
+        return (
+            GaugeMetricFamily(
+                "in_flight_invocations", "Invocations executing in this worker.",
+                value=self.in_flight(),
+            ),
+            GaugeMetricFamily(
+                "buffered_events", "Events held in the local buffer.", value=self.buffered()
+            ),
+            CounterMetricFamily(
+                "concurrency_waits", "Concurrency-slot acquisitions that had to block.",
+                value=self.concurrency_waits(),
+            ),
+        )
 
 
 _HELP = {
