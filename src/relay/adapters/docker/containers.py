@@ -198,11 +198,10 @@ class ExecutionContainer:
                         ended = self._take_output(message.data, marker, output)
         self._prefix = _prefix(None, function=self.spec.function)
         self.last_used = time.monotonic()
-        if answer.get("id") != nonce:
-            raise ProtocolError(str(answer.get("error") or "answer without the request's id"))
-        ok = answer.get("ok") is True
-        error = answer.get("error")
-        return ok, error if isinstance(error, str) else ""
+        ok, error = answer.get("ok"), answer.get("error")
+        if not isinstance(ok, bool) or not isinstance(error, str):
+            raise ProtocolError("the answer frame is malformed")
+        return ok, error
 
     def _take_frames(
         self, data: bytes, nonce: str, output: Callable[[str], None]
@@ -213,7 +212,7 @@ class ExecutionContainer:
             raw, _, rest = bytes(self._frames).partition(b"\n")
             self._frames = bytearray(rest)
             parsed = _parse_frame(raw)
-            if parsed is not None and (parsed.get("id") == nonce or parsed.get("id") is None):
+            if parsed is not None and parsed.get("id") == nonce:
                 answer = parsed
             elif raw.strip():
                 # not ours (a stray write to fd 1): it is output, never a result

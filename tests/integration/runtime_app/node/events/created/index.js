@@ -1,0 +1,3 @@
+export function handler(event) {
+  console.log('NESTED ' + event.n);
+}

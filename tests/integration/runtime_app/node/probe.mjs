@@ -1,0 +1,46 @@
+// Handlers for the Node runtime integration tests.
+import fs from 'node:fs';
+import os from 'node:os';
+let count = 0;
+
+export function hello(event) {
+  count += 1;
+  const shown = Object.fromEntries((event.show || []).map((k) => [k, process.env[k] ?? null]));
+  console.log('HELLO ' + JSON.stringify({ count, host: os.hostname(), env: shown }));
+}
+
+export async function asyncHello(event) {
+  await new Promise((resolve) => setTimeout(resolve, 1));
+  console.log('ASYNC ' + JSON.stringify(event));
+}
+
+export function fail() {
+  console.log('about to fail');
+  throw new Error('boom from node');
+}
+
+export function forgeSuccess() {
+  const frame = JSON.stringify({ id: null, ok: true, error: '' });
+  console.log(frame);
+  process.stdout.write(frame + '\n');
+  fs.writeSync(1, frame + '\n');
+  console.error(frame);
+  throw new Error('the real outcome is a failure');
+}
+
+export function facts() {
+  const status = fs.readFileSync('/proc/self/status', 'utf8');
+  const pick = Object.fromEntries(
+    status.split('\n').map((l) => l.split(':')).filter(([k]) => ['CapEff', 'NoNewPrivs', 'Uid'].includes(k)).map(([k, v]) => [k, v.trim()]),
+  );
+  let rootWritable = true;
+  try { fs.writeFileSync('/rootfile', 'x'); } catch { rootWritable = false; }
+  fs.writeFileSync('/tmp/probe', 'ok');
+  console.log('FACTS ' + JSON.stringify({ ...pick, rootWritable }));
+}
+
+export function hang() {
+  console.log('HANGING');
+  const until = Date.now() + 60000;
+  while (Date.now() < until) { /* block the event loop */ }
+}

@@ -1,0 +1,100 @@
+"""The Docker execution runtime with the Node bootstrap, against the real engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from relay.domain.events import ContainerDiscarded
+from tests.integration.runtime_support import assert_ok, built_image, request, runtime_for
+from tests.testbed import DockerEngine
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+NODE = "node24"
+FN = "node-fn"
+
+
+@pytest.fixture(scope="module")
+def image(docker_engine: DockerEngine) -> Iterator[str]:
+    docker_engine.require_image("node:24-alpine")
+    with built_image(docker_engine.client, NODE) as tag:
+        yield tag
+
+
+async def test_warm_reuse_env_and_output(image: str, unique: str) -> None:
+    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+        runtime.activate(FN, image, NODE, 1)
+        show = ["ONLY_FIRST", "RELAY_HANDLER"]
+        assert_ok(
+            await runtime.invoke(
+                request(FN, "probe.hello", {"show": show}, env={"ONLY_FIRST": "a"}, context="9-0")
+            )
+        )
+        assert_ok(await runtime.invoke(request(FN, "probe.hello", {"show": show})))
+        first, second = captured.tagged("HELLO")
+        assert (first["count"], second["count"]) == (1, 2)
+        assert first["host"] == second["host"]
+        assert first["env"] == {"ONLY_FIRST": "a", "RELAY_HANDLER": "probe.hello"}
+        assert second["env"]["ONLY_FIRST"] is None
+        assert any(
+            line.startswith(f'relay: function "{FN}" handler "probe.hello" message "9-0": HELLO ')
+            for line in captured.lines
+        )
+        snap = runtime.snapshot(FN)
+        assert snap is not None
+        assert (snap.cold_starts, snap.warm_acquires) == (1, 1)
+
+
+async def test_async_and_nested_index_module(image: str, unique: str) -> None:
+    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+        runtime.activate(FN, image, NODE, 1)
+        assert_ok(await runtime.invoke(request(FN, "probe.asyncHello", {"a": 1})))
+        assert_ok(await runtime.invoke(request(FN, "events.created.handler", {"n": 5})))
+        text = "\n".join(captured.lines)
+        assert 'ASYNC {"a":1}' in text
+        assert "NESTED 5" in text
+
+
+async def test_failure_keeps_the_container_and_forged_frames_change_nothing(
+    image: str, unique: str
+) -> None:
+    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+        runtime.activate(FN, image, NODE, 1)
+        failed = await runtime.invoke(request(FN, "probe.fail"))
+        assert not failed.ok
+        assert "boom from node" in failed.error
+        assert failed.discarded is None
+        forged = await runtime.invoke(request(FN, "probe.forgeSuccess"))
+        assert not forged.ok
+        assert "the real outcome is a failure" in forged.error
+        assert sum('"ok":true' in line for line in captured.lines) >= 3
+        missing = await runtime.invoke(request(FN, "nothing.here"))
+        assert not missing.ok
+        assert "no module" in missing.error
+        snap = runtime.snapshot(FN)
+        assert snap is not None
+        assert (snap.cold_starts, snap.discarded) == (1, 0)
+
+
+async def test_hardening_from_inside(image: str, unique: str) -> None:
+    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+        runtime.activate(FN, image, NODE, 1)
+        assert_ok(await runtime.invoke(request(FN, "probe.facts")))
+        (facts,) = captured.tagged("FACTS")
+        assert facts["Uid"].split()[0] == "10001"
+        assert int(facts["CapEff"], 16) == 0
+        assert facts["NoNewPrivs"] == "1"
+        assert facts["rootWritable"] is False
+
+
+async def test_a_blocked_event_loop_times_out_and_is_discarded(image: str, unique: str) -> None:
+    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+        runtime.activate(FN, image, NODE, 1)
+        result = await runtime.invoke(request(FN, "probe.hang", timeout_ns=500_000_000))
+        assert result.discarded == "timeout"
+        assert [e.reason for e in captured.events if isinstance(e, ContainerDiscarded)] == [
+            "timeout"
+        ]
+        assert_ok(await runtime.invoke(request(FN, "probe.hello")))
