@@ -1,0 +1,86 @@
+"""Handlers of the control commands the socket (and so the CLI) sends.
+
+``GetPoolState`` reads a function's live warm pool, ``ResetStats`` records the
+worker-owned reset baseline, ``GetHealth`` reports readiness. ``InvokeFunction``
+lives in :mod:`relay.application.invoke`; ``ReplayDeadLetter`` with the DLQ.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+from relay.application.bus import Handler, Outcome
+from relay.domain.commands import Command, GetHealth, GetPoolState, ResetStats
+from relay.domain.execution import PoolSnapshot
+
+
+class PoolReader(Protocol):
+    """The part of ``ContainerRuntime`` that reports a pool."""
+
+    def snapshot(self, function: str) -> PoolSnapshot | None: ...
+
+
+class StatsResetter(Protocol):
+    """``relay.application.stats.StatsRecorder``."""
+
+    async def reset(self) -> None: ...
+
+
+class HealthReport(msgspec.Struct, frozen=True, kw_only=True):
+    """``ready`` once started and while no check fails; ``problems`` one line each."""
+
+    ready: bool
+    problems: list[str] = msgspec.field(default_factory=list)
+
+
+class WorkerHealth:
+    """What the worker knows of its own health: started, and each dependency's
+    last known state (the delivery loop marks Redis, the runtime marks Docker)."""
+
+    def __init__(self) -> None:
+        self._started = False
+        self._failing: dict[str, str] = {}
+
+    def mark_started(self) -> None:
+        self._started = True
+
+    def mark_failing(self, check: str, detail: str) -> None:
+        self._failing[check] = detail
+
+    def mark_ok(self, check: str) -> None:
+        self._failing.pop(check, None)
+
+    def report(self) -> HealthReport:
+        problems = [f"{check}: {detail}" for check, detail in sorted(self._failing.items())]
+        if not self._started:
+            problems.insert(0, "worker: still starting")
+        return HealthReport(ready=not problems, problems=problems)
+
+
+class ControlHandlers:
+    """The handlers of ``GetPoolState``, ``ResetStats`` and ``GetHealth``."""
+
+    def __init__(self, *, pools: PoolReader, stats: StatsResetter, health: WorkerHealth) -> None:
+        self._pools = pools
+        self._stats = stats
+        self._health = health
+
+    async def pool_state(self, command: GetPoolState) -> Outcome[PoolSnapshot | None]:
+        return Outcome(self._pools.snapshot(command.function))
+
+    async def reset_stats(self, command: ResetStats) -> Outcome[None]:
+        await self._stats.reset()
+        return Outcome(None)
+
+    async def health(self, command: GetHealth) -> Outcome[HealthReport]:
+        return Outcome(self._health.report())
+
+    def table(self) -> dict[type[Command], Handler]:
+        """The bus handler table entries for these commands."""
+        return {
+            GetPoolState: self.pool_state,
+            ResetStats: self.reset_stats,
+            GetHealth: self.health,
+        }
