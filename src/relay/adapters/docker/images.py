@@ -165,15 +165,14 @@ class DockerImageBuilder:
             ]:
                 log.info("function_image_reused", function=function, image=tag)
                 return result
-            self._pinned[tag] += 1
-            self._pinned[dep_tag] += 1
+            pins = [_normal(tag), _normal(dep_tag)]
+            self._pinned.update(pins)
             try:
                 await self._ensure_dependency(runtime, dep_tag, dep_plan, dep_dockerfile)
                 context = function_context(dockerfile, files, boot_path, boot_bytes)
                 await self._build(tag, context, labels, kind="function", notes=fn_plan.notes)
             finally:
-                self._pinned[tag] -= 1
-                self._pinned[dep_tag] -= 1
+                self._pinned.subtract(pins)
         return msgspec.structs.replace(result, built=True)
 
     def _runtime(self, name: str | None) -> Runtime:
@@ -269,15 +268,15 @@ class DockerImageBuilder:
     async def retire(self, function: str, keep: Collection[str]) -> list[str]:
         images = await self._list_images("function", f"relay.function={function}")
         names, ids = await self._container_references()
-        keep_set = set(keep)
+        keep_set = {_normal(k) for k in keep}
         removed: list[str] = []
         for image in images:
             tags = _tags(image)
             if keep_set & {*tags, image["Id"]}:
                 continue
-            if any(self._pinned[t] > 0 for t in tags):
+            if any(self._pinned[_normal(t)] > 0 for t in tags):
                 continue
-            if image["Id"] in ids or names & set(tags):
+            if image["Id"] in ids or names & {_normal(t) for t in tags}:
                 log.info("function_image_in_use", function=function, image=tags or image["Id"])
                 continue
             removed.extend(await self._remove(tags or [image["Id"]]))
@@ -287,13 +286,13 @@ class DockerImageBuilder:
 
     async def collect_dependency_images(self) -> list[str]:
         used = {
-            _labels_of(image).get("relay.dependency")
+            _normal(_labels_of(image).get("relay.dependency", ""))
             for image in await self._list_images("function")
         }
         removed: list[str] = []
         for image in await self._list_images("dependency"):
             tags = _tags(image)
-            if used & set(tags) or any(self._pinned[t] > 0 for t in tags):
+            if used & set(tags) or any(self._pinned[_normal(t)] > 0 for t in tags):
                 continue
             removed.extend(await self._remove(tags or [image["Id"]]))
         return removed
@@ -325,7 +324,7 @@ class DockerImageBuilder:
         for container in containers:
             labels = container["Labels"] or {}
             if labels.get("relay.image"):
-                names.add(labels["relay.image"])
+                names.add(_normal(labels["relay.image"]))
             if container["ImageID"]:
                 ids.add(container["ImageID"])
         return names, ids
@@ -385,6 +384,13 @@ def _record(chunk: Mapping[str, Any], output: CappedOutput) -> str | None:
 
 def _tags(image: Mapping[str, Any]) -> list[str]:
     return [t for t in (image.get("RepoTags") or []) if t and t != "<none>:<none>"]
+
+
+def _normal(name: str) -> str:
+    """``name`` with the implicit ``:latest`` the engine reports in ``RepoTags``."""
+    if not name or name.startswith("sha256:"):
+        return name
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
 
 
 def _labels_of(image: Mapping[str, Any]) -> dict[str, str]:

@@ -1,0 +1,5 @@
+import six
+
+
+def handler(event):
+    print(f"six {six.__version__} from the lock")
