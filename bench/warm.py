@@ -1,0 +1,142 @@
+"""Warm container pool against cold ``docker run``, measured side by side.
+
+    .venv/bin/python bench/warm.py [--invocations 2000] [--cold-runs 10]
+
+Builds a throwaway image FROM python:3.14-slim with Relay's bootstrap and a
+no-op handler (label relay.test=true, removed afterwards), then reports:
+
+* cold ``docker run --rm <image> python -c pass`` wall time (the baseline);
+* Relay's own cold start (first invocation: create + attach + start + run);
+* warm invocations through DockerContainerRuntime with 1 and with 4 warm
+  containers: invocations per second and p50/p99 round trip.
+
+Figures are machine-dependent; compare the ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiodocker
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from relay.adapters.docker.bootstraps import bootstrap_source
+from relay.adapters.docker.runtime import DockerContainerRuntime
+from relay.domain.execution import InvocationRequest
+
+HANDLER = "def noop(event):\n    return None\n"
+
+
+def build_image() -> str:
+    tag = f"relay-bench-warm:{secrets.token_hex(4)}"
+    path, source = bootstrap_source("python3.14")
+    with tempfile.TemporaryDirectory() as context:
+        root = Path(context)
+        (root / "bootstrap").write_bytes(source)
+        (root / "bench.py").write_text(HANDLER)
+        (root / "Dockerfile").write_text(
+            f"FROM python:3.14-slim\nCOPY bootstrap {path}\nCOPY bench.py /app/bench.py\n"
+            "WORKDIR /app\nLABEL relay.test=true\n"
+        )
+        subprocess.run(
+            ["docker", "build", "-q", "-t", tag, context], check=True, capture_output=True
+        )
+    return tag
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def cold_docker_run(image: str, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        begun = time.perf_counter()
+        subprocess.run(
+            ["docker", "run", "--rm", image, "python", "-c", "pass"],
+            check=True,
+            capture_output=True,
+        )
+        times.append(time.perf_counter() - begun)
+    return times
+
+
+async def warm(image: str, containers: int, invocations: int) -> tuple[float, list[float], float]:
+    request = InvocationRequest(function="bench", handler="bench.noop", event=b"{}")
+    latencies: list[float] = []
+    async with (
+        aiodocker.Docker() as docker,
+        DockerContainerRuntime(
+            docker, hostname=f"bench-{secrets.token_hex(4)}", output=lambda _: None
+        ) as runtime,
+    ):
+        runtime.activate("bench", image, "python3.14", containers)
+        begun = time.perf_counter()
+        async with anyio.create_task_group() as tg:  # warm every container first
+            for _ in range(containers):
+                tg.start_soon(runtime.invoke, request)
+        first_cold = time.perf_counter() - begun
+        snapshot = runtime.snapshot("bench")
+        assert snapshot is not None
+        assert snapshot.containers == containers, snapshot
+
+        async def worker(count: int) -> None:
+            for _ in range(count):
+                started = time.perf_counter()
+                result = await runtime.invoke(request)
+                latencies.append(time.perf_counter() - started)
+                assert result.ok, result.error
+
+        begun = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(containers):
+                tg.start_soon(worker, invocations // containers)
+        elapsed = time.perf_counter() - begun
+    return len(latencies) / elapsed, latencies, first_cold
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.2f} ms"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--invocations", type=int, default=2000)
+    parser.add_argument("--cold-runs", type=int, default=10)
+    args = parser.parse_args()
+    image = build_image()
+    try:
+        cold = await anyio.to_thread.run_sync(cold_docker_run, image, args.cold_runs)
+        rows = []
+        for containers in (1, 4):
+            rate, latencies, first_cold = await warm(image, containers, args.invocations)
+            rows.append((containers, rate, latencies, first_cold))
+    finally:
+        await anyio.run_process(["docker", "rmi", "-f", image], check=False)
+    cold_p50 = statistics.median(cold)
+    print(
+        f"cold docker run --rm (n={len(cold)}): p50 {ms(cold_p50)}"
+        f"  p99 {ms(percentile(cold, 0.99))}"
+        f"  => {1 / cold_p50:7.1f} runs/s"
+    )
+    for containers, rate, latencies, first_cold in rows:
+        p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
+        print(
+            f"warm, {containers} container(s) (n={len(latencies)}): {rate:8.0f} invocations/s"
+            f"  p50 {ms(p50)}  p99 {ms(p99)}  first (cold) {ms(first_cold)}"
+            f"  | cold p50 / warm p50 = {cold_p50 / p50:6.0f}x"
+        )
+
+
+if __name__ == "__main__":
+    anyio.run(main)
