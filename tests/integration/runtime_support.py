@@ -7,7 +7,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,10 @@ class Captured:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.events: list[DomainEvent] = []
+        self.published: list[DomainEvent] = []
+
+    async def publish(self, batch: Sequence[DomainEvent]) -> None:
+        self.published.extend(batch)
 
     def tagged(self, tag: str) -> list[dict[str, Any]]:
         """JSON payloads of output lines whose text starts with ``TAG ``."""
@@ -79,6 +83,7 @@ async def runtime_for(
             idle_timeout_s=idle_timeout_s,
             output=captured.lines.append,
             observer=captured.events.append,
+            publish=captured.publish,
         ) as runtime:
             yield runtime, captured, docker
     finally:

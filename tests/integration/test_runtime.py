@@ -112,6 +112,7 @@ async def test_sequential_invocations_reuse_one_container_and_keep_module_state(
         assert (snap.cold_starts, snap.warm_acquires, snap.containers, snap.idle) == (1, 2, 1, 1)
         outcomes = [e.outcome for e in captured.events if isinstance(e, ContainerAcquired)]
         assert outcomes == ["cold", "warm", "warm"]
+        assert captured.published == captured.events  # the bus path sees the same events
         assert len(await worker_containers(docker, f"w-{unique}")) == 1
 
 

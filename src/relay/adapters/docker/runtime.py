@@ -2,16 +2,18 @@
 
 Use it as an async context manager (``async with runtime:``): that runs the
 housekeeping task (idle eviction, removal of containers discarded outside an
-invocation). Observers receive ``ContainerAcquired``, ``ContainerDiscarded`` and
-``ContainerWaited`` events (``relay.domain.events``) synchronously; live gauges
-come from :meth:`snapshot`.
+invocation). Pool events (``ContainerAcquired``, ``ContainerDiscarded``,
+``ContainerWaited`` from ``relay.domain.events``) go to ``observer`` (a sync
+callable, called at once) and/or ``publish`` (an async callable taking a batch,
+e.g. ``MessageBus.publish``, awaited at the end of each invocation and each
+housekeeping pass). Live gauges come from :meth:`snapshot`.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -68,13 +70,16 @@ class DockerContainerRuntime:
         idle_timeout_s: float = 300.0,
         output: Callable[[str], None] | None = None,
         observer: Observer | None = None,
+        publish: Callable[[Sequence[DomainEvent]], Awaitable[None]] | None = None,
     ) -> None:
         self._docker = docker
         self._hostname = hostname
         self._networks = tuple(networks)
         self._idle_timeout_s = idle_timeout_s
         self._output = output or _stdout_line
-        self._observe = observer or _ignore
+        self._observer = observer or _ignore
+        self._publish = publish
+        self._events: list[DomainEvent] = []
         self._pools: dict[str, FunctionPool] = {}
         self._pending: list[ExecutionContainer] = []  # discarded, still to remove
         self._wake_housekeeping = anyio.Event()
@@ -106,6 +111,7 @@ class DockerContainerRuntime:
         for pool in self._pools.values():
             self._pending += pool.close()  # type: ignore[arg-type]
         await self._remove_pending()
+        await self._flush_events()
 
     # --- the port -----------------------------------------------------------------------
     def activate(self, function: str, image: str, runtime: str, capacity: int) -> None:
@@ -181,6 +187,7 @@ class DockerContainerRuntime:
             await container.destroy()
         if pool.removed and pool.drained() and self._pools.get(request.function) is pool:
             del self._pools[request.function]
+        await self._flush_events()
         return InvocationResult(
             ok=ok,
             error="" if ok else failure_message(request.function, request.handler, error),
@@ -190,6 +197,18 @@ class DockerContainerRuntime:
         )
 
     # --- internals ------------------------------------------------------------------------
+    def _observe(self, event: DomainEvent) -> None:
+        self._observer(event)
+        if self._publish is not None:
+            self._events.append(event)
+
+    async def _flush_events(self) -> None:
+        if self._publish is None or not self._events:
+            return
+        batch, self._events = self._events, []
+        with anyio.CancelScope(shield=True):
+            await self._publish(batch)
+
     async def _lease(self, pool: FunctionPool) -> ExecutionContainer:
         begun = time.monotonic()
         leased = await pool.lease()
@@ -244,6 +263,7 @@ class DockerContainerRuntime:
                 if pool.removed and pool.drained():
                     self._pools.pop(name, None)
             await self._remove_pending()
+            await self._flush_events()
 
 
 __all__ = ["DockerContainerRuntime", "sweep_orphans", "verify_networks"]
