@@ -312,9 +312,16 @@ def _env_value(value: object, where: str, problems: list[str]) -> str | None:
         return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, bool | int | float):
+    if isinstance(value, bool):
         problems.append(
-            f'{where}: value must be a string; quote it in YAML (e.g. "{_yaml_text(value)}")'
+            f"{where}: value must be a string, but YAML read the boolean "
+            f"{_yaml_text(value)} (from an unquoted yes/no/on/off/true/false); put it in quotes"
+        )
+        return None
+    if isinstance(value, int | float):
+        problems.append(
+            f"{where}: value must be a string, but YAML read the number {_yaml_text(value)}; "
+            f'put it in quotes: "{_yaml_text(value)}"'
         )
         return None
     problems.append(f"{where}: value must be a string (got {kind_of(value)})")

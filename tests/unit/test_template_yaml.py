@@ -1,0 +1,146 @@
+"""Reading template.yaml: YAML errors, size and depth caps, YAML typing traps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from relay.adapters.fs.templates import (
+    MAX_TEMPLATE_BYTES,
+    load_template,
+    load_template_text,
+)
+from relay.domain.errors import TemplateError
+
+SPEC_EXAMPLE = """\
+runtime: python3.14
+concurrency: 2
+events:
+  - handler: events.created.handler
+    pattern:
+      event_name: [INSERT]
+      table_name: [users]
+  - handler: events.updated.handler
+    pattern:
+      event_name: [MODIFY]
+      table_name: [users]
+    timeout: 20s
+schedules:
+  - handler: jobs.report.handler
+    cron: "0 8 * * 1-5"
+    timezone: "Europe/Rome"
+services:
+  - entrypoint: service.js
+    port: 3000
+    replicas: 2
+env:
+  API_URL: https://api.example.com
+  FLAG:
+secrets:
+  DATABASE_URL: database-url
+"""
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(TemplateError) as caught:
+        load_template_text(text)
+    return caught.value.problems
+
+
+def test_the_spec_example_loads(tmp_path: Path) -> None:
+    path = tmp_path / "template.yaml"
+    path.write_text(SPEC_EXAMPLE)
+    template = load_template(path)
+    assert [r.handler for r in template.events] == [
+        "events.created.handler",
+        "events.updated.handler",
+    ]
+    assert template.env == {"API_URL": "https://api.example.com", "FLAG": ""}
+    assert template.schedules[0].timezone == "Europe/Rome"
+
+
+def test_yaml_syntax_errors_name_the_file_and_line() -> None:
+    (line,) = problems("runtime: node24\nevents:\n  - handler: a.b\n   pattern: [\n")
+    assert line.startswith("template.yaml:4: invalid YAML: ")
+
+
+def test_source_names_the_file_in_errors(tmp_path: Path) -> None:
+    path = tmp_path / "template.yaml"
+    path.write_text("a: [\n")
+    with pytest.raises(TemplateError) as caught:
+        load_template(path)
+    (line,) = caught.value.problems
+    assert line.startswith(f"{path}:")
+
+
+def test_missing_file_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(TemplateError) as caught:
+        load_template(tmp_path / "template.yaml")
+    (line,) = caught.value.problems
+    assert "cannot be read" in line
+
+
+def test_size_cap(tmp_path: Path) -> None:
+    path = tmp_path / "template.yaml"
+    path.write_text("runtime: node24\n" + "#" * MAX_TEMPLATE_BYTES)
+    with pytest.raises(TemplateError, match="larger than 256 KiB"):
+        load_template(path)
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "template.yaml"
+    path.write_bytes(b"runtime: \xff\n")
+    with pytest.raises(TemplateError, match="not UTF-8"):
+        load_template(path)
+
+
+def test_depth_cap() -> None:
+    (line,) = problems("a: " + "[" * 100 + "]" * 100 + "\n")
+    assert "nested deeper than 64 levels" in line
+
+
+def test_alias_expansion_is_bounded() -> None:
+    lines = ["a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
+    for name, prev in zip("bcdefg", "abcdef", strict=True):
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 10) + "]")
+    (line,) = problems("\n".join(lines) + "\n")
+    assert "expands to more than" in line
+
+
+def test_python_tags_are_refused() -> None:
+    (line,) = problems("runtime: !!python/object:os.system {}\n")
+    assert "invalid YAML" in line
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # YAML 1.1 reads these as booleans or numbers, which the template rejects clearly
+        ("runtime: node24\nenv:\n  DEBUG: yes\n",
+         "env.DEBUG: value must be a string, but YAML read the boolean true (from an unquoted "
+         "yes/no/on/off/true/false); put it in quotes"),
+        ("runtime: node24\nenv:\n  PORT: 8080\n",
+         "env.PORT: value must be a string, but YAML read the number 8080; "
+         'put it in quotes: "8080"'),
+        ("runtime: node24\nevents:\n  - handler: a.b\n    pattern:\n      on: [x]\n", None),
+        ("runtime: node24\nevents:\n  - handler: a.b\n    pattern: {x: [1]}\n    timeout: 20\n",
+         'events[0].timeout: must be a Go duration string such as "20s" (got 20)'),
+    ],
+)  # fmt: skip
+def test_yaml_typing_traps_are_reported(text: str, expected: str | None) -> None:
+    (line,) = problems(text)
+    if expected is not None:
+        assert line == expected
+    else:
+        assert "quote it in YAML" in line
+
+
+def test_empty_file() -> None:
+    assert problems("") == ["template: is empty (it needs at least a runtime and events)"]
+    assert problems("# only a comment\n") == problems("")
+
+
+def test_multiple_documents_are_rejected() -> None:
+    (line,) = problems("runtime: node24\n---\nruntime: python3.14\n")
+    assert "invalid YAML" in line
