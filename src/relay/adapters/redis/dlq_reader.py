@@ -9,37 +9,25 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from relay.adapters.redis.keys import dlq_key
 from relay.domain.errors import DependencyUnavailable, RelayError
+from relay.domain.outcome import PLACEHOLDER, DeadLetterEntry
 from relay.domain.retention import StreamId
 
-PLACEHOLDER: Final = "-"
-"""``function``/``handler`` of an entry written for a malformed message."""
-
-FIELDS: Final = (
-    "original_stream",
-    "original_id",
-    "group",
-    "consumer",
-    "event",
-    "reason",
-    "function",
-    "handler",
-    "deliveries",
-    "handler_attempts",
-    "timestamp",
-)
-
-
-def dlq_key(stream: str) -> str:
-    """The dead-letter stream of ``stream``."""
-    return f"relay:{stream}:dlq"
+__all__ = [
+    "DeadLetterNotFound",
+    "InvalidEntryId",
+    "RedisDeadLetterReader",
+    "StoredDeadLetter",
+    "dlq_key",
+]
 
 
 class DeadLetterNotFound(RelayError):
@@ -51,38 +39,22 @@ class InvalidEntryId(RelayError):
 
 
 @dataclass(frozen=True, slots=True)
-class DeadLetterEntry:
-    """One dead-lettered invocation (or malformed message), as stored.
-
-    Every field is kept as the text Redis holds, so a damaged entry can still be
-    shown; a missing field reads as the empty string.
-    """
+class StoredDeadLetter:
+    """One dead-letter entry as stored: its stream id and its flat fields."""
 
     id: str
-    original_stream: str
-    original_id: str
-    group: str
-    consumer: str
-    event: str
-    reason: str
-    function: str
-    handler: str
-    deliveries: str
-    handler_attempts: str
-    timestamp: str
+    entry: DeadLetterEntry
 
     @classmethod
-    def from_fields(cls, entry_id: str | bytes, fields: Mapping[Any, Any]) -> DeadLetterEntry:
+    def from_reply(cls, entry_id: str | bytes, fields: Mapping[Any, Any]) -> StoredDeadLetter:
         values = {_text(k): _text(v) for k, v in fields.items()}
-        return cls(_text(entry_id), **{name: values.get(name, "") for name in FIELDS})
+        return cls(_text(entry_id), DeadLetterEntry.from_fields(values))
 
     @property
     def replayable(self) -> bool:
         """Placeholder entries (malformed messages) name no handler to re-run."""
-        return bool(self.function and self.handler) and PLACEHOLDER not in (
-            self.function,
-            self.handler,
-        )
+        e = self.entry
+        return bool(e.function and e.handler) and PLACEHOLDER not in (e.function, e.handler)
 
     @property
     def created_ms(self) -> int:
@@ -121,7 +93,7 @@ class RedisDeadLetterReader:
 
     async def page(
         self, *, newest_first: bool = True, count: int = 100, after: str | None = None
-    ) -> list[DeadLetterEntry]:
+    ) -> list[StoredDeadLetter]:
         """Up to ``count`` entries in the chosen order, starting past ``after``."""
         if newest_first:
             high = f"({after}" if after else "+"
@@ -129,11 +101,11 @@ class RedisDeadLetterReader:
         else:
             low = f"({after}" if after else "-"
             reply = await self._call(self._redis.xrange(self._key, low, "+", count=count))
-        return [DeadLetterEntry.from_fields(entry_id, fields) for entry_id, fields in reply]
+        return [StoredDeadLetter.from_reply(entry_id, fields) for entry_id, fields in reply]
 
     async def entries(
         self, *, newest_first: bool = True, page_size: int = 100
-    ) -> AsyncIterator[DeadLetterEntry]:
+    ) -> AsyncIterator[StoredDeadLetter]:
         """Every entry, read ``page_size`` at a time."""
         after: str | None = None
         while True:
@@ -144,14 +116,14 @@ class RedisDeadLetterReader:
                 return
             after = batch[-1].id
 
-    async def get(self, entry_id: str) -> DeadLetterEntry:
+    async def get(self, entry_id: str) -> StoredDeadLetter:
         """The entry with exactly this id; raises :class:`DeadLetterNotFound`."""
         normalised = parse_entry_id(entry_id)
         reply = await self._call(self._redis.xrange(self._key, normalised, normalised, count=1))
         if not reply:
             raise DeadLetterNotFound(f"no dead-letter entry {normalised} in {self._key}")
         found_id, fields = reply[0]
-        return DeadLetterEntry.from_fields(found_id, fields)
+        return StoredDeadLetter.from_reply(found_id, fields)
 
     async def delete(self, entry_id: str) -> None:
         """Delete exactly this one entry; raises :class:`DeadLetterNotFound` if absent."""

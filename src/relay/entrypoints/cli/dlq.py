@@ -22,7 +22,7 @@ import typer
 from redis.asyncio import Redis
 
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
-from relay.adapters.redis.dlq_reader import DeadLetterEntry, RedisDeadLetterReader
+from relay.adapters.redis.dlq_reader import RedisDeadLetterReader, StoredDeadLetter
 from relay.domain.errors import RelayError
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import RedisSettings, load_paths, load_redis_settings
@@ -66,8 +66,8 @@ def ls(
 ) -> None:
     """List dead-lettered entries, newest first."""
 
-    async def collect(reader: RedisDeadLetterReader) -> tuple[list[DeadLetterEntry], int]:
-        rows: list[DeadLetterEntry] = []
+    async def collect(reader: RedisDeadLetterReader) -> tuple[list[StoredDeadLetter], int]:
+        rows: list[StoredDeadLetter] = []
         async for entry in reader.entries(newest_first=True):
             rows.append(entry)
             if limit and len(rows) >= limit:
@@ -80,12 +80,14 @@ def ls(
         return
     now = datetime.now(UTC).timestamp()
     table = [["ID", "ORIGINAL", "FUNCTION", "HANDLER", "ATTEMPTS", "AGE"]]
-    for e in rows:
-        age = relative_age(now - _written_at(e))
-        table.append([e.id, e.original_id, e.function, e.handler, e.handler_attempts, age])
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        out("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    for stored in rows:
+        e, age = stored.entry, relative_age(now - _written_at(stored))
+        table.append(
+            [stored.id, e.original_id, e.function, e.handler, str(e.handler_attempts), age]
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    for line in table:
+        out("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
     if total > len(rows):
         out(f"({len(rows)} of {total} entries shown; use --limit 0 for all)")
 
@@ -105,7 +107,7 @@ def rm(entry_id: str) -> None:
     out(f"Removed {entry.id}")
 
 
-async def _delete(reader: RedisDeadLetterReader, entry_id: str) -> DeadLetterEntry:
+async def _delete(reader: RedisDeadLetterReader, entry_id: str) -> StoredDeadLetter:
     entry = await reader.get(entry_id)
     await reader.delete(entry.id)
     return entry
@@ -131,15 +133,15 @@ def replay(entry_id: str) -> None:
     # The worker deletes the entry after the handler succeeded; make sure it is gone
     # even if the worker could not (it answered success, so deleting is now correct).
     _with_reader(settings, lambda reader: reader.discard(entry.id))
-    out(f"Replayed {entry.id} ({entry.function}/{entry.handler}); entry removed")
+    out(f"Replayed {entry.id} ({entry.entry.function}/{entry.entry.handler}); entry removed")
 
 
-def describe(entry: DeadLetterEntry, *, now: float) -> list[str]:
+def describe(stored: StoredDeadLetter, *, now: float) -> list[str]:
     """The ``inspect`` text: metadata lines, then the original event."""
-    written = _written_at(entry)
+    entry, written = stored.entry, _written_at(stored)
     stamp = entry.timestamp or datetime.fromtimestamp(written, UTC).isoformat()
     lines = [
-        f"ID:                {entry.id}",
+        f"ID:                {stored.id}",
         f"Original stream:   {entry.original_stream}",
         f"Original ID:       {entry.original_id}",
         f"Group:             {entry.group}",
@@ -169,12 +171,12 @@ def _pretty_event(text: str) -> str | None:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def _written_at(entry: DeadLetterEntry) -> float:
+def _written_at(stored: StoredDeadLetter) -> float:
     """Seconds since the epoch: the entry's ``timestamp``, else its id's milliseconds."""
     try:
-        return datetime.fromisoformat(entry.timestamp.replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(stored.entry.timestamp.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        return entry.created_ms / 1000
+        return stored.created_ms / 1000
 
 
 def relative_age(seconds: float) -> str:
