@@ -1,0 +1,190 @@
+"""``relay function validate`` and ``relay function match`` run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+RELAY = str(Path(sys.executable).parent / "relay")
+
+USER_EVENTS = """\
+runtime: python3.14
+events:
+  - handler: events.created.handler
+    pattern:
+      event_name: [INSERT]
+      table_name: [users]
+  - handler: events.recent.handler
+    pattern:
+      new_image:
+        created_at:
+          gt: "now()-5m"
+"""
+BROKEN = """\
+runtime: python3.12
+events:
+  - handler: handler
+    pattern: {x: 1}
+    timeout: 10m
+"""
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [RELAY, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL if stdin is None else None,
+    )
+
+
+def function(root: Path, name: str, template: str) -> Path:
+    directory = root / name
+    directory.mkdir(parents=True)
+    (directory / "template.yaml").write_text(template)
+    return directory
+
+
+@pytest.fixture
+def functions(tmp_path: Path) -> Path:
+    root = tmp_path / "functions"
+    function(root, "user-events", USER_EVENTS)
+    (root / "not-a-function").mkdir()  # no template.yaml: ignored
+    return root
+
+
+def test_validate_a_valid_function_directory(functions: Path) -> None:
+    result = run("function", "validate", str(functions / "user-events"))
+    assert (result.returncode, result.stdout, result.stderr) == (0, "ok user-events\n", "")
+
+
+def test_validate_a_functions_directory_reports_every_error(functions: Path) -> None:
+    function(functions, "broken", BROKEN)
+    function(functions, "Bad Name", "runtime: node24\n")
+    result = run("function", "validate", str(functions))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        'Bad Name: invalid function name "Bad Name": must start with a lowercase letter or '
+        "digit and contain only lowercase letters, digits, '.', '_' and '-'",
+        'broken: runtime: "python3.12" is not supported (use python3.14 or node24)',
+        'broken: events[0].handler: "handler" must be module.function, e.g. events.created.handler',
+        "broken: events[0].pattern.x: must be a list of values, a map of operators or a map of "
+        "nested fields (got 1; write [1] for equality)",
+        'broken: events[0].timeout: must be at most 5m (got "10m")',
+        "ok user-events",
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_yaml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    directory = function(tmp_path, "fn", "runtime: node24\nevents: [\n")
+    result = run("function", "validate", str(directory))
+    assert result.returncode == 1
+    (line,) = result.stdout.splitlines()
+    assert line.startswith(f"fn: {directory / 'template.yaml'}:")
+    assert "invalid YAML" in line
+
+
+def test_validate_missing_path_fails(functions: Path, tmp_path: Path) -> None:
+    result = run("function", "validate", str(functions), str(tmp_path / "nope"))
+    assert result.returncode == 1
+    assert result.stdout == "ok user-events\n"
+    assert result.stderr == f"relay: {tmp_path / 'nope'}: no such file or directory\n"
+
+
+def test_validate_a_directory_without_functions_fails(tmp_path: Path) -> None:
+    result = run("function", "validate", str(tmp_path))
+    assert result.returncode == 1
+    assert "no functions found" in result.stderr
+
+
+def test_match_explains_each_rule(functions: Path) -> None:
+    event = {"event_name": "INSERT", "table_name": "orders", "new_image": {"created_at": 5}}
+    result = run("function", "match", str(functions), "--event", json.dumps(event))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        'no     user-events  events.created.handler: pattern.table_name: "orders" is not one '
+        'of ["users"]',
+        "no     user-events  events.recent.handler: pattern.new_image.created_at.gt: value is "
+        "not an RFC3339 string (got 5)",
+        "0 of 2 event rules matched",
+    ]
+
+
+def test_match_from_a_file_and_from_stdin(functions: Path, tmp_path: Path) -> None:
+    event = json.dumps({"event_name": "INSERT", "table_name": "users"})
+    path = tmp_path / "event.json"
+    path.write_text(event)
+    by_file = run("function", "match", str(functions / "user-events"), "--file", str(path))
+    by_stdin = run("function", "match", str(functions / "user-events"), stdin=event)
+    assert by_file.returncode == by_stdin.returncode == 0
+    assert by_file.stdout == by_stdin.stdout
+    lines = by_file.stdout.splitlines()
+    assert lines[0] == "match  user-events  events.created.handler"
+    assert lines[1].startswith("no     user-events  events.recent.handler: pattern.new_image")
+    assert lines[2] == "1 of 2 event rules matched"
+
+
+def test_match_lists_invalid_functions_as_skipped(functions: Path) -> None:
+    function(functions, "broken", BROKEN)
+    result = run("function", "match", str(functions), "--event", "{}")
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[0] == (
+        "skip   broken       invalid template (run: relay function validate)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("[1, 2]", "relay: --event: event must be a JSON object, not an array\n"),
+        ("null", "relay: --event: event must be a JSON object, not null\n"),
+        ('"x"', "relay: --event: event must be a JSON object, not a string\n"),
+        ("{", "relay: --event: event is not valid JSON: Expecting property name enclosed in "
+         "double quotes (line 1, column 2)\n"),
+    ],
+)  # fmt: skip
+def test_match_rejects_non_object_events(functions: Path, payload: str, message: str) -> None:
+    result = run("function", "match", str(functions), "--event", payload)
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", message)
+
+
+def test_match_event_and_file_are_exclusive(functions: Path, tmp_path: Path) -> None:
+    result = run("function", "match", str(functions), "--event", "{}", "--file", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stderr == "relay: --event and --file are mutually exclusive; give one\n"
+
+
+def test_match_with_an_interactive_terminal_fails_fast(functions: Path) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        result = subprocess.run(
+            [RELAY, "function", "match", str(functions)],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert result.returncode == 1
+    assert result.stderr.startswith("relay: no event given")
+
+
+def test_match_missing_path_fails(tmp_path: Path) -> None:
+    result = run("function", "match", str(tmp_path / "nope"), "--event", "{}")
+    assert result.returncode == 1
+    assert result.stderr == f"relay: {tmp_path / 'nope'}: no such file or directory\n"
