@@ -40,6 +40,9 @@ class SourceSelection(msgspec.Struct, frozen=True, kw_only=True):
     files: tuple[str, ...]
 
 
+_Spec = pathspec.PathSpec[pathspec.Pattern]
+
+
 class IgnoreRules:
     """The ``.gitignore`` files met so far on one branch of a directory walk.
 
@@ -49,7 +52,7 @@ class IgnoreRules:
 
     __slots__ = ("_layers",)
 
-    def __init__(self, layers: tuple[tuple[str, pathspec.PathSpec], ...] = ()) -> None:
+    def __init__(self, layers: tuple[tuple[str, _Spec], ...] = ()) -> None:
         # Each layer: (directory prefix ending in "/" or "" for the root, its spec).
         self._layers = layers
 
