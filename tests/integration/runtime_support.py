@@ -71,7 +71,11 @@ class Captured:
 
 @asynccontextmanager
 async def runtime_for(
-    hostname: str, *, networks: tuple[str, ...] = (), idle_timeout_s: float = 300.0
+    hostname: str,
+    *,
+    networks: tuple[str, ...] = (),
+    idle_timeout_s: float = 300.0,
+    max_containers: int | None = None,
 ) -> AsyncIterator[tuple[DockerContainerRuntime, Captured, aiodocker.Docker]]:
     docker = aiodocker.Docker()
     captured = Captured()
@@ -84,6 +88,7 @@ async def runtime_for(
             output=captured.lines.append,
             observer=captured.events.append,
             publish=captured.publish,
+            max_containers=max_containers,
         ) as runtime:
             yield runtime, captured, docker
     finally:

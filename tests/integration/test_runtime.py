@@ -375,3 +375,22 @@ async def _gone(docker: Any, hostname: str, container_id: str) -> bool:
 
 async def _none_left(docker: Any, hostname: str) -> bool:
     return not await worker_containers(docker, hostname)
+
+
+async def test_global_bound_retires_the_least_recently_used_idle_container(
+    image: str, unique: str
+) -> None:
+    async with runtime_for(f"w-{unique}", max_containers=2) as (runtime, captured, docker):
+        for name in ("fn-a", "fn-b", "fn-c"):
+            runtime.activate(name, image, PY, 2)
+        assert_ok(await runtime.invoke(request("fn-a", "probe.hello")))
+        assert_ok(await runtime.invoke(request("fn-b", "probe.hello")))
+        assert_ok(await runtime.invoke(request("fn-c", "probe.hello")))
+        assert discards(captured.events) == ["evicted"]
+        assert [e.function for e in captured.events if isinstance(e, ContainerDiscarded)] == [
+            "fn-a"
+        ]
+        assert len(await worker_containers(docker, f"w-{unique}")) == 2
+        snap_a = runtime.snapshot("fn-a")
+        assert snap_a is not None
+        assert snap_a.containers == 0

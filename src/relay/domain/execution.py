@@ -22,6 +22,9 @@ DISCARD_IMAGE_CHANGED: Final = "image_changed"
 DISCARD_IDLE_TIMEOUT: Final = "idle_timeout"
 DISCARD_CONCURRENCY_SHRINK: Final = "concurrency_shrink"
 DISCARD_SHUTDOWN: Final = "shutdown"
+# The worker-global bound on warm containers made room for another function's
+# cold start by retiring the least recently used idle container (LESSONS.md).
+DISCARD_EVICTED: Final = "evicted"
 # Removal-time discards are tombstoned: reported to nobody (no metric series).
 DISCARD_FUNCTION_REMOVED: Final = "function_removed"
 DISCARD_REASONS: Final = frozenset(
@@ -33,6 +36,7 @@ DISCARD_REASONS: Final = frozenset(
         DISCARD_IDLE_TIMEOUT,
         DISCARD_CONCURRENCY_SHRINK,
         DISCARD_SHUTDOWN,
+        DISCARD_EVICTED,
     }
 )
 

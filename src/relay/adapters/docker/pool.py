@@ -187,6 +187,12 @@ class FunctionPool:
             self._wake()
         return stale
 
+    def take_idle(self, container: PooledContainer, reason: str) -> None:
+        """Retire one specific idle container (the worker-global LRU bound)."""
+        self.idle.remove(container)
+        self.count_discard(reason)
+        self._wake()
+
     def drained(self) -> bool:
         return not self.idle and not self.busy and self.starting == 0
 

@@ -33,6 +33,7 @@ from relay.adapters.docker.containers import (
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
 from relay.adapters.docker.pool import FunctionPool, Observer
 from relay.domain.execution import (
+    DISCARD_EVICTED,
     DISCARD_PROCESS_EXIT,
     DISCARD_PROTOCOL_ERROR,
     DISCARD_SHUTDOWN,
@@ -71,6 +72,7 @@ class DockerContainerRuntime:
         output: Callable[[str], None] | None = None,
         observer: Observer | None = None,
         publish: Callable[[Sequence[DomainEvent]], Awaitable[None]] | None = None,
+        max_containers: int | None = None,
     ) -> None:
         self._docker = docker
         self._hostname = hostname
@@ -79,6 +81,9 @@ class DockerContainerRuntime:
         self._output = output or _stdout_line
         self._observer = observer or _ignore
         self._publish = publish
+        # worker-global bound on execution containers (set it >= MAX_CONCURRENCY:
+        # then an idle one can always be retired when the bound is reached)
+        self._max_containers = max_containers
         self._events: list[DomainEvent] = []
         self._pools: dict[str, FunctionPool] = {}
         self._pending: list[ExecutionContainer] = []  # discarded, still to remove
@@ -215,6 +220,7 @@ class DockerContainerRuntime:
         if leased is not None:
             assert isinstance(leased, ExecutionContainer)
             return leased
+        await self._make_room()
         spec = ContainerSpec(
             function=pool.function,
             image=pool.image,
@@ -238,6 +244,22 @@ class DockerContainerRuntime:
         pool.started(container, begun)
         log.debug("container_started", function=pool.function, container=container.id[:12])
         return container
+
+    async def _make_room(self) -> None:
+        """Over the global bound: retire the least recently used idle container."""
+        if self._max_containers is None:
+            return
+        total = sum(len(p.idle) + len(p.busy) + p.starting for p in self._pools.values())
+        if total <= self._max_containers:
+            return
+        candidates = [(c.last_used, p, c) for p in self._pools.values() for c in p.idle]
+        if not candidates:
+            log.warning("container_bound_exceeded", total=total, bound=self._max_containers)
+            return
+        _, owner, oldest = min(candidates, key=lambda item: item[0])
+        owner.take_idle(oldest, DISCARD_EVICTED)
+        assert isinstance(oldest, ExecutionContainer)
+        await oldest.destroy()
 
     def _dispose(self, containers: Sequence[Any]) -> None:
         if containers:
