@@ -1,10 +1,34 @@
-"""``relay trace MESSAGE_ID``: the life of one stream message."""
+"""``relay trace MESSAGE_ID``: the life of one stream message.
+
+Reads, never writes: the message's ledger hash
+(``relay:invocation:{stream}:{group}:{id}``), the entry itself, its place in the
+group's pending list (``XPENDING``), and the dead-letter entries it produced.
+Answers "why has this event not finished?" without reading Redis by hand.
+"""
 
 from __future__ import annotations
 
-import typer
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 
-from relay.entrypoints.cli.common import not_available
+import anyio
+import typer
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from relay.adapters.redis.keys import dlq_key, invocation_key
+from relay.domain.durations import MILLISECOND, format_duration
+from relay.domain.errors import DependencyUnavailable, RelayError
+from relay.domain.invocation import BackingOff, Exhausted, Ok, Running, parse_marker
+from relay.domain.retention import StreamId
+from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.config import RedisSettings, load_redis_settings
+
+DLQ_SCAN_LIMIT = 10_000  # DLQ entries examined (from the message's time on) per trace
+_PAGE = 500
 
 
 def register(app: typer.Typer) -> None:
@@ -12,4 +36,231 @@ def register(app: typer.Typer) -> None:
 
 
 def trace(message_id: str = typer.Argument(..., help="Stream message id")) -> None:
-    not_available("trace")
+    try:
+        normalised = str(StreamId.parse(message_id.strip()))
+    except ValueError:
+        fail(f"{message_id!r} is not a stream message id (expected <milliseconds>-<sequence>)")
+    try:
+        settings = load_redis_settings(os.environ)
+    except RelayError as exc:
+        fail("; ".join(str(exc).splitlines()))
+    try:
+        facts = anyio.run(_gather_with_client, settings, normalised)
+    except RelayError as exc:
+        fail(str(exc))
+    for line in render_trace(facts):
+        out(line)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """The fields of one DLQ entry a trace shows."""
+
+    id: str
+    fields: Mapping[str, str]
+
+    def get(self, name: str) -> str:
+        return self.fields.get(name, "")
+
+
+@dataclass
+class MessageFacts:
+    """Everything Redis knows about one message, read at ``now_ms`` (server clock)."""
+
+    message_id: str
+    stream: str
+    group: str
+    now_ms: int
+    ledger: dict[str, str] = field(default_factory=dict)
+    ledger_ttl_s: int = -2  # Redis TTL: -2 no key, -1 no expiry
+    body_bytes: int | None = None  # None: the entry is gone (trimmed or deleted)
+    pending: dict[str, Any] | None = None  # consumer, idle ms, deliveries
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    dlq_scan_complete: bool = True
+
+
+async def _gather_with_client(settings: RedisSettings, message_id: str) -> MessageFacts:
+    redis = Redis.from_url(settings.url, socket_connect_timeout=5, socket_timeout=10)
+    try:
+        return await gather(redis, settings.stream, settings.group, message_id)
+    except (RedisError, OSError) as exc:
+        raise DependencyUnavailable(f"cannot read from Redis: {exc}") from exc
+    finally:
+        await redis.aclose()
+
+
+async def gather(redis: Redis, stream: str, group: str, message_id: str) -> MessageFacts:
+    """Read every fact about ``message_id`` (read-only)."""
+    seconds, micros = await redis.time()
+    facts = MessageFacts(message_id, stream, group, int(seconds) * 1000 + int(micros) // 1000)
+    key = invocation_key(stream, group, message_id)
+    facts.ledger = {_text(k): _text(v) for k, v in (await redis.hgetall(key)).items()}
+    facts.ledger_ttl_s = int(await redis.ttl(key))
+    entries: Any = await redis.xrange(stream, message_id, message_id, count=1)
+    if entries:
+        _id, fields = entries[0]
+        facts.body_bytes = sum(len(value) for value in (fields or {}).values())
+    try:
+        pending = await redis.xpending_range(stream, group, message_id, message_id, 1)
+    except RedisError:  # no such group (or stream): nothing is pending in it
+        pending = []
+    if pending:
+        p = pending[0]
+        facts.pending = {
+            "consumer": _text(p["consumer"]),
+            "idle_ms": int(p["time_since_delivered"]),
+            "deliveries": int(p["times_delivered"]),
+        }
+    facts.dead_letters, facts.dlq_scan_complete = await _dead_letters(redis, stream, message_id)
+    return facts
+
+
+async def _dead_letters(
+    redis: Redis, stream: str, message_id: str
+) -> tuple[list[DeadLetter], bool]:
+    """Entries whose ``original_id`` is the message: written after it, so the scan
+    starts at the message's millisecond and stops after ``DLQ_SCAN_LIMIT`` entries."""
+    key = dlq_key(stream)
+    low = f"{StreamId.parse(message_id).ms}-0"
+    found: list[DeadLetter] = []
+    seen = 0
+    while seen < DLQ_SCAN_LIMIT:
+        batch: Any = await redis.xrange(key, low, "+", count=_PAGE)
+        for entry_id, raw in batch:
+            fields = {_text(k): _text(v) for k, v in (raw or {}).items()}
+            if fields.get("original_id") == message_id:
+                found.append(DeadLetter(_text(entry_id), fields))
+        seen += len(batch)
+        if len(batch) < _PAGE:
+            return found, True
+        low = "(" + _text(batch[-1][0])
+    return found, False
+
+
+# --- rendering (pure) ----------------------------------------------------------
+def render_trace(facts: MessageFacts) -> list[str]:
+    lines = [
+        f"Message:      {facts.message_id} (stream {facts.stream}, group {facts.group})",
+        f"Event:        {_body(facts)}",
+        f"Pending:      {_pending(facts)}",
+        f"Classified:   {_classified(facts.ledger)}",
+        f"Ledger:       {_ledger(facts)}",
+    ]
+    invocations = sorted(k for k in facts.ledger if not k.startswith("@"))
+    if invocations:
+        lines.append("Invocations:")
+        width = max(len(name) for name in invocations)
+        for name in invocations:
+            state = describe_marker(facts.ledger[name], facts.now_ms)
+            lines.append(f"  {name:<{width}}  {state}")
+            reason = facts.ledger.get(f"@err:{name}")
+            if reason:
+                lines.append(f"  {'':<{width}}  last error: {reason}")
+    lines += _dlq_lines(facts)
+    lines.append(f"Verdict:      {verdict(facts)}")
+    return lines
+
+
+def describe_marker(text: str, now_ms: int) -> str:
+    """One invocation's state, attempt and timing, in words."""
+    marker = parse_marker(text)
+    match marker:
+        case Ok():
+            return "completed"
+        case Running(deadline_ms, attempt, token):
+            left = deadline_ms - now_ms
+            until = (
+                f"protected for {_ms(left)} more" if left > 0
+                else f"claim expired {_ms(-left)} ago (its worker died or stalled)"
+            )
+            return f"running attempt {attempt} (claim {token[:8]}), {until}"
+        case BackingOff(deadline_ms, attempt):
+            left = deadline_ms - now_ms
+            when = f"in {_ms(left)}" if left > 0 else f"due since {_ms(-left)}"
+            return f"attempt {attempt} failed; next attempt at {_stamp(deadline_ms)} ({when})"
+        case Exhausted(attempt, dead_lettered):
+            written = "its DLQ entry is written" if dead_lettered else "DLQ entry NOT written yet"
+            return f"exhausted after {attempt} attempt{'s' if attempt != 1 else ''}; {written}"
+    return f"unreadable marker {text!r} (treated as eligible: runs at the next delivery)"
+
+
+def verdict(facts: MessageFacts) -> str:  # noqa: PLR0911 - one answer per situation
+    """The short answer to "why has this event not finished?"."""
+    markers = [parse_marker(v) for k, v in facts.ledger.items() if not k.startswith("@")]
+    if facts.pending is None:
+        if facts.ledger:
+            return "finished: acknowledged (the ledger is kept for inspection until it expires)"
+        if facts.body_bytes is None:
+            return "unknown: no such entry, no ledger and not pending (wrong id, or long gone)"
+        return "not delivered yet, or acknowledged before its ledger expired"
+    if facts.body_bytes is None:
+        return "pending but its body is gone (trimmed): it will be dropped without running"
+    if not facts.ledger:
+        return "pending and not classified yet: waiting for a worker (or Redis errors on claim)"
+    if any(isinstance(m, BackingOff) for m in markers):
+        return "waiting out a retry backoff; recovery redelivers it after the deadline"
+    if any(isinstance(m, Running) and m.deadline_ms > facts.now_ms for m in markers):
+        return "an attempt is running (or its worker died and the claim has not expired yet)"
+    if any(isinstance(m, Exhausted) and not m.dead_lettered for m in markers):
+        return "exhausted but the DLQ write has not succeeded yet; recovery retries it"
+    return "pending; the recovery loop will redeliver it (idle entries are reclaimed every 1m)"
+
+
+def _body(facts: MessageFacts) -> str:
+    if facts.body_bytes is None:
+        return "gone (trimmed or deleted from the stream)"
+    return f"present ({facts.body_bytes} bytes)"
+
+
+def _pending(facts: MessageFacts) -> str:
+    if facts.pending is None:
+        return "no (acknowledged, or never delivered to this group)"
+    p = facts.pending
+    times = "time" if p["deliveries"] == 1 else "times"
+    return (
+        f"yes, with consumer {p['consumer']} (idle {_ms(p['idle_ms'])}, "
+        f"delivered {p['deliveries']} {times})"
+    )
+
+
+def _classified(ledger: Mapping[str, str]) -> str:
+    value = ledger.get("@class")
+    if value is None:
+        return "not yet"
+    if value.startswith("matched:"):
+        return "matched: " + ", ".join(value.removeprefix("matched:").split(","))
+    return value
+
+
+def _ledger(facts: MessageFacts) -> str:
+    if facts.ledger_ttl_s == -2:
+        return "none"
+    if facts.ledger_ttl_s == -1:
+        return "kept while the message is pending (no expiry)"
+    return f"expires in {_ms(facts.ledger_ttl_s * 1000)}"
+
+
+def _dlq_lines(facts: MessageFacts) -> list[str]:
+    if not facts.dead_letters:
+        scanned = "" if facts.dlq_scan_complete else f" in the first {DLQ_SCAN_LIMIT} examined"
+        return [f"Dead letters: none{scanned}"]
+    lines = ["Dead letters:"]
+    for e in facts.dead_letters:
+        lines.append(
+            f"  {e.id}  {e.get('function')}/{e.get('handler')}  "
+            f"attempts={e.get('handler_attempts')} deliveries={e.get('deliveries')}  "
+            f"{e.get('reason')}"
+        )
+    return lines
+
+
+def _ms(ms: int) -> str:
+    return format_duration((ms // 1000) * 1000 * MILLISECOND) if ms >= 1000 else f"{ms}ms"
+
+
+def _stamp(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

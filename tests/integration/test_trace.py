@@ -1,0 +1,77 @@
+"""``relay trace`` against a real Redis: the ledger, the pending list and the DLQ."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from relay.adapters.redis.keys import dlq_key, invocation_key
+from relay.entrypoints.cli import app
+
+pytestmark = pytest.mark.redis
+
+
+def test_trace_shows_a_retried_invocation_and_its_dead_letter(
+    redis_url: str, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream, group = f"events-{unique}", f"relay-{unique}"
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        client.xgroup_create(stream, group, id="0", mkstream=True)
+        message_id = str(client.xadd(stream, {"event": '{"event_name": "INSERT"}'}))
+        client.xreadgroup(group, "worker-1", {stream: ">"}, count=1)
+        now_ms = int(time.time() * 1000)
+        ledger = invocation_key(stream, group, message_id)
+        client.hset(ledger, mapping={
+            "@class": "matched:users",
+            "users/events.created.handler": "ok",
+            "users/events.updated.handler": f"next_attempt_at:{now_ms + 90_000}#2",
+            "@err:users/events.updated.handler": "boom",
+            "users/events.deleted.handler": "exhausted:5:dlq",
+        })
+        client.xadd(dlq_key(stream), {
+            "original_stream": stream, "original_id": message_id, "group": group,
+            "consumer": "worker-1", "event": "{}", "reason": "exhausted after 5 attempts: x",
+            "function": "users", "handler": "events.deleted.handler", "deliveries": "6",
+            "handler_attempts": "5", "timestamp": "2026-01-01T00:00:00Z",
+        })
+        client.xadd(dlq_key(stream), {"original_id": "1-0", "function": "other"})
+        monkeypatch.setenv("REDIS_URI", redis_url)
+        monkeypatch.setenv("REDIS_STREAM", stream)
+        monkeypatch.setenv("REDIS_GROUP", group)
+        result = CliRunner().invoke(app, ["trace", message_id])
+    finally:
+        client.close()
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert f"Message:      {message_id}" in text
+    assert "Pending:      yes, with consumer worker-1" in text
+    assert "delivered 1 time)" in text
+    assert "Classified:   matched: users" in text
+    assert "users/events.created.handler  completed" in text
+    assert "attempt 2 failed; next attempt at" in text
+    assert "(in 1m" in text
+    assert "last error: boom" in text
+    assert "exhausted after 5 attempts; its DLQ entry is written" in text
+    assert "users/events.deleted.handler  attempts=5 deliveries=6" in text
+    assert "other" not in text
+    assert "Verdict:      waiting out a retry backoff" in text
+
+
+def test_trace_of_an_unknown_message(
+    redis_url: str, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REDIS_URI", redis_url)
+    monkeypatch.setenv("REDIS_STREAM", f"events-{unique}")
+    monkeypatch.setenv("REDIS_GROUP", f"relay-{unique}")
+    result = CliRunner().invoke(app, ["trace", "1-0"])
+    assert result.exit_code == 0, result.output
+    assert "Event:        gone" in result.stdout
+    assert "Pending:      no" in result.stdout
+    assert "Verdict:      unknown" in result.stdout
+    bad = CliRunner().invoke(app, ["trace", "not-an-id"])
+    assert bad.exit_code == 1
+    assert "is not a stream message id" in bad.output
