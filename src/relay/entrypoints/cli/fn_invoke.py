@@ -1,16 +1,68 @@
-"""``relay function invoke``: run matching handlers on the live worker."""
+"""``relay function invoke``: run matching handlers on the live worker.
+
+The event comes from ``--event``, ``--file`` or piped stdin (a JSON object). The
+worker runs the function's matching event rules through its live runtime and
+answers over the control socket; nothing touches the stream, the DLQ or the
+event counters. There is no offline fallback: without a worker it fails.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
-from relay.entrypoints.cli.common import not_available
+from relay.adapters.control.client import WorkerUnavailable, request
+from relay.domain.errors import EventError, RelayError
+from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
+from relay.entrypoints.cli.event_input import read_event_argument
+from relay.entrypoints.config import load_paths
+
+INVOKE_TIMEOUT_S = 3600.0
+"""The worker bounds each handler by its (capped) timeout; this only guards a hung socket."""
 
 
 def register(app: typer.Typer) -> None:
     app.command("invoke")(invoke)
 
 
-def invoke(name: str) -> None:
+def invoke(
+    name: Annotated[str, typer.Argument(help="Function name.")],
+    event: Annotated[
+        str | None, typer.Option("--event", help="The event as inline JSON (an object).")
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", help="A file holding the event JSON.")
+    ] = None,
+) -> None:
     """Run a function's matching handlers on the live worker."""
-    not_available("function invoke")
+    try:
+        payload = read_event_argument(event, file, sys.stdin)
+    except EventError as exc:
+        fail(str(exc), EXIT_USAGE)
+    socket = load_paths(os.environ).socket
+    try:
+        result = request(
+            socket, "invoke", function=name, event=payload, timeout=INVOKE_TIMEOUT_S
+        )
+    except WorkerUnavailable as exc:
+        fail(f"{exc}; `relay function invoke` needs a running worker (`relay start`)")
+    except RelayError as exc:
+        fail(str(exc))
+    out(summary_line(result))
+
+
+def summary_line(result: Any) -> str:
+    """``No matching handlers`` / ``Invoked 1 handler`` / ``Invoked N handlers``;
+    exits non-zero with the first failure when a handler failed."""
+    if not isinstance(result, dict):
+        fail("the worker's answer is malformed")
+    if result.get("error"):
+        fail(str(result["error"]))
+    count = int(result.get("invoked", 0))
+    if count == 0:
+        return "No matching handlers"
+    return f"Invoked {count} handler{'s' if count != 1 else ''}"
