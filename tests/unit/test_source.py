@@ -200,6 +200,17 @@ def test_image_tag() -> None:
         image_tag("x", "abc")
 
 
+@pytest.mark.parametrize("name", ["jobs.v2", "a__b", "a--b", "welcome_email", "0x"])
+def test_image_tag_accepts_docker_safe_names(name: str) -> None:
+    assert image_tag(name, "f" * 64) == f"relay-fn-{name}:{'f' * 16}"
+
+
+@pytest.mark.parametrize("name", ["abc-", "abc_", "a___b", "a._b", "a..b", "a-.b"])
+def test_image_tag_refuses_names_docker_cannot_take(name: str) -> None:
+    with pytest.raises(ValueError, match="cannot name a Docker image"):
+        image_tag(name, "f" * 64)
+
+
 def test_fingerprint_changes_with_source_template_and_rules(tmp_path: Path) -> None:
     write(
         tmp_path,
@@ -285,3 +296,12 @@ def test_selection_agrees_with_git(tmp_path: Path) -> None:
         text=True,
     ).stdout.split()
     assert selected(tmp_path) == sorted(listed)
+
+
+def test_a_name_that_is_not_utf8_is_skipped(tmp_path: Path) -> None:
+    write(tmp_path, {"ok.py": ""})
+    with open(os.path.join(os.fsencode(tmp_path), b"bad-\xff.txt"), "wb") as handle:
+        handle.write(b"x")
+    with capture_logs() as logs:
+        assert selected(tmp_path) == ["ok.py"]
+    assert [e["event"] for e in logs] == ["source_name_not_utf8_skipped"]

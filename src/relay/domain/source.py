@@ -20,6 +20,7 @@ This module is pure: the filesystem walk that feeds it lives in
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 
 import msgspec
@@ -30,6 +31,8 @@ NEVER_SOURCE_DIRS = frozenset({".git"})
 FINGERPRINT_HEX_LEN = 64
 TAG_HEX_LEN = 16
 _FINGERPRINT_DOMAIN = b"relay-source-fingerprint-v1\x00"
+# One path component of a Docker reference (distribution/reference grammar).
+_DOCKER_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*")
 
 
 class SourceSelection(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,7 +119,18 @@ def fingerprint(entries: Iterable[tuple[str, bytes]]) -> str:
 
 
 def image_tag(function: str, fp: str) -> str:
-    """``relay-fn-<name>:<first 16 hex of the fingerprint>``."""
+    """``relay-fn-<name>:<first 16 hex of the fingerprint>``.
+
+    Raises ``ValueError`` for a name Docker cannot take as a repository: the
+    function-name rule still admits a few (a trailing ``-`` or ``_``, ``._``,
+    ``..``, ``___``) that Docker's reference grammar refuses.
+    """
     if len(fp) != FINGERPRINT_HEX_LEN:
         raise ValueError(f"fingerprint must be {FINGERPRINT_HEX_LEN} hex digits")
-    return f"relay-fn-{function}:{fp[:TAG_HEX_LEN]}"
+    repository = f"relay-fn-{function}"
+    if _DOCKER_PATH_COMPONENT.fullmatch(repository) is None:
+        raise ValueError(
+            f"function name {function!r} cannot name a Docker image: separators ('.', '_',"
+            " '-') must sit between letters or digits, '_' at most twice in a row"
+        )
+    return f"{repository}:{fp[:TAG_HEX_LEN]}"

@@ -129,7 +129,10 @@ class DockerImageBuilder:
         runtime = self._runtime(template.runtime)
         sources = await anyio.to_thread.run_sync(_read, directory)
         fp = fingerprint(sources)
-        tag = image_tag(function, fp)
+        try:
+            tag = image_tag(function, fp)
+        except ValueError as exc:
+            raise BuildError(str(exc)) from None
         files = app_files(sources)
         dep_plan = runtime.plan_dependencies(files)
         fn_plan = runtime.plan_function(files, handler_modules(template))

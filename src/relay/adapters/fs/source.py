@@ -6,7 +6,8 @@ source, and its target's bytes are read under the link's path (the image gets a
 regular file). A symlink that points outside the directory, a broken symlink and
 a symlink to a directory are skipped with a warning, so a build context can
 never pull in a file from elsewhere on the host and a link loop can never hang
-the walk. Sockets, FIFOs and devices are skipped silently.
+the walk. Sockets, FIFOs and devices are skipped silently; a name that is not
+UTF-8 is skipped with a warning (an image path and the fingerprint need text).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def _walk(root: Path, directory: str, rules: IgnoreRules, out: list[str]) -> Non
         return
     for entry in entries:
         path = f"{directory}/{entry.name}" if directory else entry.name
+        if not _utf8(entry.name):
+            log.warning("source_name_not_utf8_skipped", path=path.encode(errors="replace"))
+            continue
         kind = _kind(root, entry, path)
         if kind == "dir":
             if is_source(path, rules, is_dir=True):
@@ -88,6 +92,14 @@ def _kind(root: Path, entry: os.DirEntry[str], path: str) -> str | None:
     if stat.S_ISDIR(mode):
         log.warning("source_symlink_directory_skipped", path=path)
     return None
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes arrive as surrogates
+        return False
+    return True
 
 
 def _inside(root: Path, target: Path) -> bool:
