@@ -134,3 +134,16 @@ class FunctionRemoved(DomainEvent, frozen=True, kw_only=True):
 
     name: str
     at: float
+
+
+# --- control plane: manual invocation (metrics) -------------------------------------
+class HandlerInvoked(DomainEvent, frozen=True, kw_only=True):
+    """A handler ran for ``relay function invoke`` (outside delivery: no message,
+    no attempt, no retry). Feeds ``handler_invocations_total`` and
+    ``handler_duration_seconds`` only; never the event or delivery counters."""
+
+    function: str
+    handler: str
+    ok: bool
+    duration_s: float
+    error: str = ""

@@ -126,6 +126,15 @@ class Metrics:
         if duration_s is not None:
             self.handler_duration.labels(function, handler).observe(duration_s)
 
+    def handler_invoked(
+        self, function: str, handler: str, *, ok: bool, duration_s: float
+    ) -> None:
+        """A manual ``relay function invoke`` run: handler execution series only,
+        never the delivery counters the stats persist."""
+        outcome = OUTCOME_SUCCESS if ok else OUTCOME_FAILURE
+        self.handler_invocations.labels(outcome, function, handler).inc()
+        self.handler_duration.labels(function, handler).observe(duration_s)
+
     def retry_scheduled(self, function: str) -> None:
         self._globals["retries"].inc()
         self._per_function["retries"].labels(function).inc()

@@ -38,6 +38,9 @@ def subscribe(bus: MessageBus, metrics: Metrics) -> None:
         duration = e.duration_s if e.duration_s > 0 else None
         m.invocation_finished(e.function, e.handler, ok=False, duration_s=duration)
 
+    def invoked(e: ev.HandlerInvoked) -> None:
+        m.handler_invoked(e.function, e.handler, ok=e.ok, duration_s=e.duration_s)
+
     def dead_lettered(e: ev.MessageDeadLettered) -> None:
         m.dead_lettered(e.function)
 
@@ -60,6 +63,7 @@ def subscribe(bus: MessageBus, metrics: Metrics) -> None:
     bus.subscribe(ev.InvocationSucceeded, succeeded)
     bus.subscribe(ev.InvocationFailed, failed)
     bus.subscribe(ev.InvocationExhausted, exhausted)
+    bus.subscribe(ev.HandlerInvoked, invoked)
     bus.subscribe(ev.MessageDeadLettered, dead_lettered)
     bus.subscribe(ev.FunctionPrepared, prepared)
     bus.subscribe(ev.FunctionRemoved, removed)

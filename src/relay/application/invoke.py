@@ -1,0 +1,146 @@
+"""The InvokeFunction use case: ``relay function invoke`` on the live worker.
+
+Runs every event rule of one function whose pattern matches the event, in
+declaration order, through the same path as a stream event (concurrency slots,
+capped timeout, per-invocation env and secrets, the warm pool) but outside the
+delivery lifecycle: no stream, no ledger, no retry, no DLQ, no event counters.
+One handler failing does not stop the others; the first failure is reported.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+import msgspec
+import structlog
+
+from relay.application.bus import Outcome
+from relay.application.environment import resolve_environment
+from relay.application.ports import Clock, SecretStore
+from relay.domain.commands import InvokeFunction
+from relay.domain.errors import RelayError
+from relay.domain.events import HandlerInvoked
+from relay.domain.execution import (
+    InvocationRequest,
+    InvocationResult,
+    clamp_timeout_ns,
+    failure_message,
+)
+from relay.domain.template import EventRule, Template
+
+_log = structlog.get_logger(__name__)
+
+INVOKE_CONTEXT = "invoke"  # prefixes the handler's forwarded output lines
+
+
+class FunctionNotFound(RelayError):
+    """No loaded function has this name."""
+
+
+class FunctionUnavailable(RelayError):
+    """The function exists but has no serving image (never built, or the build failed)."""
+
+
+class InvokeSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """``invoked`` handlers ran; ``failed`` of them failed; ``error`` is the first
+    failure's one line (empty when all succeeded)."""
+
+    invoked: int
+    failed: int = 0
+    error: str = ""
+
+
+class CatalogSource(Protocol):
+    """``relay.application.registry.FunctionRegistry``."""
+
+    def current(self) -> Any: ...
+
+
+class SlotPool(Protocol):
+    """``relay.application.concurrency.Slots``."""
+
+    def acquire(self, function: str) -> AbstractAsyncContextManager[None]: ...
+
+
+class Invoker(Protocol):
+    """The part of ``ContainerRuntime`` used here."""
+
+    async def invoke(self, request: InvocationRequest) -> InvocationResult: ...
+
+
+class FunctionInvoker:
+    """Handler of :class:`InvokeFunction` (register it on the bus)."""
+
+    def __init__(
+        self,
+        *,
+        registry: CatalogSource,
+        runtime: Invoker,
+        slots: SlotPool,
+        secrets: SecretStore,
+        clock: Clock,
+    ) -> None:
+        self._registry = registry
+        self._runtime = runtime
+        self._slots = slots
+        self._secrets = secrets
+        self._clock = clock
+
+    async def __call__(self, command: InvokeFunction) -> Outcome[InvokeSummary]:
+        name = command.function
+        function = self._registry.current().functions.get(name)
+        if function is None:
+            raise FunctionNotFound(f'function "{name}" not found')
+        if function.image is None:
+            why = function.last_error or "its first image is still being built"
+            raise FunctionUnavailable(f'function "{name}" is not available: {why}')
+        template: Template = function.template
+        now = self._clock.now()
+        rules = [rule for rule in template.events if rule.pattern.matches(command.event, now)]
+        payload = msgspec.json.encode(command.event)
+        events: list[HandlerInvoked] = []
+        first_error = ""
+        for rule in rules:
+            result = await self._run(name, template, rule, payload)
+            events.append(
+                HandlerInvoked(
+                    function=name, handler=rule.handler, ok=result.ok,
+                    duration_s=result.duration_s, error=result.error,
+                )
+            )
+            if not result.ok and not first_error:
+                first_error = result.error
+        failed = sum(not e.ok for e in events)
+        _log.info("function_invoked", function=name, invoked=len(events), failed=failed)
+        summary = InvokeSummary(invoked=len(events), failed=failed, error=first_error)
+        return Outcome(summary, events)
+
+    async def _run(
+        self, name: str, template: Template, rule: EventRule, payload: bytes
+    ) -> InvocationResult:
+        started = time.monotonic()
+        try:
+            async with self._slots.acquire(name):
+                env = resolve_environment(template.env, template.secrets, self._secrets)
+                return await self._runtime.invoke(
+                    InvocationRequest(
+                        function=name,
+                        handler=rule.handler,
+                        event=payload,
+                        env=env,
+                        timeout_ns=clamp_timeout_ns(rule.timeout_ns),
+                        context=INVOKE_CONTEXT,
+                    )
+                )
+        except RelayError as exc:  # no slot, a missing secret, the runtime refused
+            detail = str(exc)
+        except Exception as exc:  # noqa: BLE001 - one handler never stops the others
+            _log.exception("invoke_crashed", function=name, handler=rule.handler)
+            detail = repr(exc)
+        return InvocationResult(
+            ok=False,
+            error=failure_message(name, rule.handler, detail),
+            duration_s=time.monotonic() - started,
+        )
