@@ -9,6 +9,7 @@ scan: functions in name order, rules in declaration order.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 import msgspec
@@ -46,15 +47,19 @@ class RuleIndex:
         for name, template in sorted(functions, key=lambda item: item[0]):
             for i, rule in enumerate(template.events):
                 matches.append(RuleMatch(function=name, rule_index=i, rule=rule))
+        conditions = [found.rule.pattern.equality_conditions() for found in matches]
+        # How many rules could be filed under each (path, value): a rule goes under its
+        # condition whose values are shared by the fewest rules (the most selective one).
+        sharing: Counter[tuple[tuple[str, ...], object]] = Counter(
+            (path, key) for conds in conditions for path, keys in conds for key in keys
+        )
         by_path: dict[tuple[str, ...], dict[object, list[int]]] = {}
         always: list[int] = []
-        for position, found in enumerate(matches):
-            conditions = found.rule.pattern.equality_conditions()
-            if not conditions:
+        for position, conds in enumerate(conditions):
+            if not conds:
                 always.append(position)
                 continue
-            # The condition with the fewest allowed values is the most selective guess.
-            path, keys = min(conditions, key=lambda cond: len(cond[1]))
+            path, keys = min(conds, key=lambda c: sum(sharing[(c[0], key)] for key in c[1]))
             table = by_path.setdefault(path, {})
             for key in keys:
                 table.setdefault(key, []).append(position)
