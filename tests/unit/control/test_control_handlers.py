@@ -73,3 +73,21 @@ async def test_cli_side_reads_the_pool_over_the_socket(tmp_path: Path) -> None:
                     "warm_acquires": 7, "cold_starts": 3, "discarded": 2}
     assert missing is None
     assert health_reply == {"ready": True, "problems": []}
+
+
+async def test_fetch_health_for_relay_health(tmp_path: Path) -> None:
+    assert client.fetch_health(tmp_path / "nothing.sock") is None  # no worker: not a failure
+    control, _, health = handlers()
+    with ProcessLock(tmp_path / "r") as lock:
+        server = ControlServer(lock, MessageBus(control.table()).send)
+        async with anyio.create_task_group() as tg:
+            await tg.start(server.serve)
+            starting = await anyio.to_thread.run_sync(client.fetch_health, server.path)
+            health.mark_started()
+            ready = await anyio.to_thread.run_sync(client.fetch_health, server.path)
+            health.mark_failing("redis", "connection refused")
+            failing = await anyio.to_thread.run_sync(client.fetch_health, server.path)
+            tg.cancel_scope.cancel()
+    assert starting == "worker not ready: worker: still starting"
+    assert ready is None
+    assert failing == "worker not ready: redis: connection refused"

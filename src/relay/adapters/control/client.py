@@ -72,6 +72,23 @@ def fetch_pool(
     return result if isinstance(result, dict) else None
 
 
+def fetch_health(socket_path: Path | str, *, timeout: float = 3.0) -> str | None:
+    """For ``relay health``: ``None`` when no worker runs or the worker reports
+    itself ready, else one line naming what is wrong with the running worker."""
+    try:
+        report = request(socket_path, "health", timeout=timeout)
+    except WorkerUnavailable as exc:
+        if isinstance(exc.__cause__, FileNotFoundError | ConnectionRefusedError):
+            return None  # no worker: the dependency checks alone decide
+        return f"worker: {exc}"
+    except RelayError as exc:
+        return f"worker: {exc}"
+    if isinstance(report, dict) and report.get("ready") is True:
+        return None
+    problems = report.get("problems") if isinstance(report, dict) else None
+    return "worker not ready: " + "; ".join(problems or ["no readiness report"])
+
+
 def _read_line(sock: socket.socket) -> bytes:
     chunks: list[bytes] = []
     size = 0
