@@ -394,3 +394,21 @@ async def test_global_bound_retires_the_least_recently_used_idle_container(
         snap_a = runtime.snapshot("fn-a")
         assert snap_a is not None
         assert snap_a.containers == 0
+
+
+async def test_a_container_that_died_while_idle_is_replaced_without_failing_the_event(
+    image: str, unique: str, docker_engine: DockerEngine
+) -> None:
+    async with runtime_for(f"w-{unique}") as (runtime, captured, docker):
+        runtime.activate(FN, image, PY, 1)
+        assert_ok(await runtime.invoke(request(FN, "probe.hello")))
+        (container,) = await worker_containers(docker, f"w-{unique}")
+        docker_engine.client.api.kill(container.id)
+        (idle,) = runtime._pools[FN].idle  # reach in: wait until Relay's side saw it
+        assert isinstance(idle, ExecutionContainer)
+        await poll(idle.exited, what="the attachment to see the exit")
+        assert_ok(await runtime.invoke(request(FN, "probe.hello")))
+        assert discards(captured.events) == ["process_exit"]
+        snap = runtime.snapshot(FN)
+        assert snap is not None
+        assert snap.cold_starts == 2

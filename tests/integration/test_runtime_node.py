@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from relay.adapters.docker.containers import ContainerSpec, start_container
 from relay.domain.events import ContainerDiscarded
-from tests.integration.runtime_support import assert_ok, built_image, request, runtime_for
+from tests.integration.runtime_support import (
+    assert_ok,
+    built_image,
+    poll,
+    request,
+    runtime_for,
+    worker_containers,
+)
 from tests.testbed import DockerEngine
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -98,3 +108,18 @@ async def test_a_blocked_event_loop_times_out_and_is_discarded(image: str, uniqu
             "timeout"
         ]
         assert_ok(await runtime.invoke(request(FN, "probe.hello")))
+
+
+async def test_hung_orphan_stops_itself_after_timeout_plus_grace(image: str, unique: str) -> None:
+    async with runtime_for(f"w-{unique}") as (_, _, docker):
+        spec = ContainerSpec(function=FN, image=image, runtime=NODE, hostname=f"w-{unique}")
+        container = await start_container(docker, spec)
+        frame = {"id": "n1", "handler": "probe.hang", "env": {}, "event": "{}", "timeout_s": 1}
+        await container.stream.write_in(json.dumps(frame).encode() + b"\n")
+        # the event loop is blocked; only the watchdog thread can end it
+        await poll(lambda: _none_left(docker, f"w-{unique}"), timeout_s=30, what="self-exit")
+        await container.stream.close()
+
+
+async def _none_left(docker: Any, hostname: str) -> bool:
+    return not await worker_containers(docker, hostname)

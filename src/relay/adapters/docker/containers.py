@@ -246,6 +246,11 @@ class ExecutionContainer:
                     output(self._prefix + _line_text(raw))
             buffer.clear()
 
+    def exited(self) -> bool:
+        """True once the attachment saw end-of-stream: the process is gone."""
+        queue = getattr(self.stream, "_queue", None)
+        return queue is not None and bool(queue.is_eof())
+
     async def exit_code(self) -> int | None:
         """The exit code if the engine still knows the container."""
         with contextlib.suppress(aiodocker.DockerError, OSError, TimeoutError), anyio.fail_after(2):

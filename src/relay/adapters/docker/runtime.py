@@ -78,6 +78,7 @@ class DockerContainerRuntime:
         self._hostname = hostname
         self._networks = tuple(networks)
         self._idle_timeout_s = idle_timeout_s
+        self._sweep_interval = min(max(idle_timeout_s / 4, 0.05), 5.0)
         self._output = output or _stdout_line
         self._observer = observer or _ignore
         self._publish = publish
@@ -157,6 +158,12 @@ class DockerContainerRuntime:
         if self._task_group is None:
             await self._remove_pending()
         container = await self._lease(pool)
+        while container.exited():
+            # died while idle (killed, out of memory, its own deadline): not this
+            # event's fault, so it never runs on it
+            pool.discard_busy(container, DISCARD_PROCESS_EXIT)
+            await container.destroy()
+            container = await self._lease(pool)
         timeout_s = clamp_timeout_ns(request.timeout_ns) / 1e9
         begun = time.monotonic()
         ok, error, exit_code, reason = False, "", None, None
@@ -227,7 +234,9 @@ class DockerContainerRuntime:
             runtime=pool.runtime,
             hostname=self._hostname,
             networks=self._networks,
-            idle_deadline_s=self._idle_timeout_s + GRACE_S,
+            # past Relay's own eviction (lazy at lease, or the next housekeeping
+            # pass), so the container never leaves first while Relay is alive
+            idle_deadline_s=self._idle_timeout_s + self._sweep_interval + 2 * GRACE_S,
         )
         try:
             container = await start_container(self._docker, spec)
@@ -274,9 +283,8 @@ class DockerContainerRuntime:
                     group.start_soon(container.destroy)
 
     async def _housekeeping(self) -> None:
-        interval = min(max(self._idle_timeout_s / 4, 0.05), 5.0)
         while True:
-            with anyio.move_on_after(interval):
+            with anyio.move_on_after(self._sweep_interval):
                 await self._wake_housekeeping.wait()
             self._wake_housekeeping = anyio.Event()
             now = time.monotonic()
