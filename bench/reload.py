@@ -18,6 +18,7 @@ and removes them at the end).
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import statistics
 import tempfile
@@ -57,6 +58,7 @@ class Bench:
         labels: dict[str, str],
     ) -> None:
         self.name = f"bench-{secrets.token_hex(3)}"
+        self.docker = docker
         self.directory = root / self.name
         self.lines = lines
         self.runtime = runtime
@@ -104,8 +106,18 @@ class Bench:
         with anyio.move_on_after(30):
             while self.runtime.snapshot(self.name) is not None:  # noqa: ASYNC110 - a poll
                 await anyio.sleep(0.1)
-        await self.builder.retire(self.name, ())
+        # AutoRemove deletes the last containers asynchronously; retry until the
+        # images are no longer referenced.
+        with anyio.move_on_after(30):
+            while await self.builder.retire(self.name, ()) or await self._left():  # noqa: ASYNC110
+                await anyio.sleep(0.5)
         await self.builder.collect_dependency_images()
+
+    async def _left(self) -> bool:
+        images = await self.docker.images.list(
+            filters=json.dumps({"label": [f"relay.function={self.name}"]})
+        )
+        return bool(images)
 
 
 async def main(runs: int) -> None:
