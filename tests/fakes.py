@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 
 import anyio
 import anyio.lowlevel
 
-from relay.domain.errors import BuildError
+from relay.domain.errors import BuildError, DependencyUnavailable
 from relay.domain.execution import (
     InvocationRequest,
     InvocationResult,
@@ -20,6 +20,45 @@ from relay.domain.execution import (
     SecretNotFound,
 )
 from relay.domain.functions import BuildTemplate, FunctionImage
+from relay.domain.invocation import (
+    BackingOff,
+    Claim,
+    Done,
+    Exhaust,
+    Exhausted,
+    ExhaustNow,
+    Running,
+    Skip,
+    Terminal,
+    apply_transition,
+    decide,
+    format_marker,
+    parse_marker,
+)
+from relay.domain.outcome import (
+    BACKOFF,
+    CLAIMED,
+    DONE,
+    EXHAUSTED,
+    RUNNING,
+    BeginRequest,
+    BeginResult,
+    ClaimRequest,
+    ClaimStatus,
+    DeadLettered,
+    DeadLetterEntry,
+    DeadLetterFirst,
+    FinishRequest,
+    KeepPending,
+    MalformedRequest,
+    MessageContext,
+    Reclaimed,
+    Settlement,
+    StreamMessage,
+    exhaustion_reason,
+    message_outcome,
+    split_field,
+)
 
 
 class FakeClock:
@@ -231,3 +270,306 @@ class InMemorySlots:
     def forget(self, function: str) -> None:
         self.limits.pop(function, None)
         self.forgotten.append(function)
+
+
+# --- delivery: event stream, invocation ledger, dead-letter queue -----------------------
+class InMemoryDeadLetterQueue:
+    """The DLQ stream: ``entries`` is a list of (id, entry); ``broken`` makes writes fail."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, DeadLetterEntry]] = []
+        self.broken = False
+        self._ids = itertools.count(1)
+
+    def _append(self, entry: DeadLetterEntry) -> str:
+        if self.broken:
+            raise DependencyUnavailable("WRONGTYPE dead-letter key holds the wrong kind of value")
+        entry_id = f"{next(self._ids)}-0"
+        self.entries.append((entry_id, entry))
+        return entry_id
+
+    async def append(self, entry: DeadLetterEntry) -> str:
+        return self._append(entry)
+
+
+class _Pending:
+    def __init__(self, consumer: str, at_ms: int) -> None:
+        self.consumer = consumer
+        self.at_ms = at_ms
+        self.count = 1
+
+
+class InMemoryEventStream:
+    """``EventStream`` over an in-memory stream with one group (entries, pending list).
+
+    ``add`` appends (payload ``None`` = no ``event`` field), ``delete`` removes a body
+    (XDEL); ``fail_reads`` makes the next N reads/reclaims raise as an outage would.
+    Idle times run on ``clock``. ``acked`` records every acknowledged id in order.
+    """
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        *,
+        stream: str = "events",
+        group: str = "relay",
+        consumer: str = "worker-1",
+    ) -> None:
+        self._clock = clock
+        self._names = (stream, group, consumer)
+        self.entries: dict[str, bytes | None] = {}
+        self.pending: dict[str, _Pending] = {}
+        self.acked: list[str] = []
+        self.dropped: list[str] = []
+        self.groups_created = 0
+        self.fail_reads = 0
+        self.reads = 0
+        self._delivered = 0
+        self._seq = itertools.count(1)
+
+    @property
+    def stream(self) -> str:
+        return self._names[0]
+
+    @property
+    def group(self) -> str:
+        return self._names[1]
+
+    @property
+    def consumer(self) -> str:
+        return self._names[2]
+
+    def now_ms(self) -> int:
+        return int(self._clock.now() * 1000)
+
+    def add(self, payload: bytes | None) -> str:
+        entry_id = f"{self.now_ms()}-{next(self._seq)}"
+        self.entries[entry_id] = payload
+        return entry_id
+
+    def delete(self, entry_id: str) -> None:
+        self.entries.pop(entry_id, None)
+
+    def ack(self, entry_id: str) -> None:
+        if self.pending.pop(entry_id, None) is not None:
+            self.acked.append(entry_id)
+
+    async def ensure_group(self) -> None:
+        self.groups_created += 1
+
+    def _fail(self) -> None:
+        if self.fail_reads > 0:
+            self.fail_reads -= 1
+            raise DependencyUnavailable("redis XREADGROUP failed: connection refused")
+
+    async def read(self, count: int, block_ms: int) -> list[StreamMessage]:
+        self.reads += 1
+        self._fail()
+        ids = list(self.entries)[self._delivered : self._delivered + count]
+        self._delivered += len(ids)
+        if not ids:
+            await anyio.sleep(min(block_ms / 1000, 0.005))
+        for entry_id in ids:
+            self.pending[entry_id] = _Pending(self.consumer, self.now_ms())
+        return [StreamMessage(id=i, payload=self.entries[i]) for i in ids]
+
+    async def reclaim(self, min_idle_ms: int, count: int) -> Reclaimed:
+        self._fail()
+        now = self.now_ms()
+        messages: list[StreamMessage] = []
+        deleted: list[str] = []
+        for entry_id, info in list(self.pending.items()):
+            if len(messages) >= count:
+                return Reclaimed(messages=tuple(messages), deleted=tuple(deleted), complete=False)
+            if now - info.at_ms < min_idle_ms:
+                continue
+            if entry_id not in self.entries:
+                deleted.append(entry_id)
+                del self.pending[entry_id]
+                continue
+            info.count += 1
+            info.at_ms = now
+            info.consumer = self.consumer
+            payload = self.entries[entry_id]
+            messages.append(
+                StreamMessage(id=entry_id, payload=payload, deliveries=info.count, reclaimed=True)
+            )
+        return Reclaimed(messages=tuple(messages), deleted=tuple(deleted))
+
+    async def drop(self, ids: Sequence[str]) -> None:
+        for entry_id in ids:
+            self.pending.pop(entry_id, None)
+            self.dropped.append(entry_id)
+
+
+class InMemoryLedger:
+    """``InvocationLedger`` with the Lua scripts' semantics, built on the domain's
+    pure functions. ``hashes[message_id]`` is the message's ledger hash, ``ttl``
+    the TTL set at the ACK; ``fail_next`` names calls (``begin``/``finish``/
+    ``malformed``) that raise as an outage would, once each."""
+
+    def __init__(
+        self, stream: InMemoryEventStream, dlq: InMemoryDeadLetterQueue, clock: FakeClock
+    ) -> None:
+        self._stream = stream
+        self._dlq = dlq
+        self._clock = clock
+        self.hashes: dict[str, dict[str, str]] = {}
+        self.ttl: dict[str, int] = {}
+        self.fail_next: set[str] = set()
+        self.calls: list[str] = []
+
+    def _call(self, name: str, message_id: str) -> dict[str, str]:
+        self.calls.append(name)
+        if name in self.fail_next:
+            self.fail_next.discard(name)
+            raise DependencyUnavailable(f"redis ledger script {name} failed: connection refused")
+        return self.hashes.setdefault(message_id, {})
+
+    def _now_ms(self) -> int:
+        return int(self._clock.now() * 1000)
+
+    async def begin(self, request: BeginRequest) -> BeginResult:
+        ctx = request.context
+        h = self._call("begin", ctx.message_id)
+        newly = "@class" not in h
+        h.setdefault("@class", request.classification)
+        now = self._now_ms()
+        statuses: list[ClaimStatus] = []
+        for claim in request.claims:
+            previous = h.get(claim.field, "")
+            statuses.append(self._claim(h, claim, request.token, previous, now))
+        settlement = Settlement()
+        if not any(s.status == CLAIMED for s in statuses):
+            settlement = self._settle(h, ctx, request.gates, request.blocked)
+        return BeginResult(newly_classified=newly, statuses=tuple(statuses), settlement=settlement)
+
+    @staticmethod
+    def _claim(
+        h: dict[str, str], claim: ClaimRequest, token: str, previous: str, now: int
+    ) -> ClaimStatus:
+        decision = decide(parse_marker(previous), now, claim.max_attempts)
+        field = claim.field
+        match decision:
+            case Done():
+                return ClaimStatus(field=field, status=DONE)
+            case Terminal(attempt, _):
+                return ClaimStatus(field=field, status=EXHAUSTED, attempt=attempt)
+            case Skip(until_ms, running):
+                status = RUNNING if running else BACKOFF
+                marker = parse_marker(previous)
+                attempt = marker.attempt if isinstance(marker, Running | BackingOff) else 0
+                return ClaimStatus(field=field, status=status, attempt=attempt, until_ms=until_ms)
+            case ExhaustNow(attempt):
+                h[field] = format_marker(Exhausted(attempt))
+                h["@err:" + field] = exhaustion_reason(
+                    attempt, f"attempt {attempt} did not finish before its deadline"
+                )
+                return ClaimStatus(field=field, status=EXHAUSTED, attempt=attempt, newly=True)
+            case Claim(attempt):
+                until = now + claim.lease_ms
+                h[field] = format_marker(Running(until, attempt, token))
+                return ClaimStatus(
+                    field=field, status=CLAIMED, attempt=attempt, until_ms=until, previous=previous
+                )
+        raise AssertionError(decision)
+
+    async def finish(self, request: FinishRequest) -> Settlement:
+        ctx = request.context
+        h = self._call("finish", ctx.message_id)
+        now = self._now_ms()
+        rejected: list[str] = []
+        for report in request.reports:
+            current = parse_marker(h.get(report.field))
+            after, applied = apply_transition(
+                current, request.token, report.attempt, report.transition, now
+            )
+            if not applied:
+                rejected.append(report.field)
+                continue
+            if after is None:
+                h.pop(report.field, None)
+            else:
+                h[report.field] = format_marker(after)
+            if isinstance(report.transition, Exhaust):
+                h["@err:" + report.field] = report.error
+        settled = self._settle(h, ctx, request.gates, request.blocked)
+        return Settlement(
+            acknowledged=settled.acknowledged,
+            dead_lettered=settled.dead_lettered,
+            dlq_error=settled.dlq_error,
+            rejected=tuple(rejected),
+        )
+
+    def _settle(
+        self, h: dict[str, str], ctx: MessageContext, gates: Sequence[str], blocked: bool
+    ) -> Settlement:
+        outcome = message_outcome({g: parse_marker(h.get(g)) for g in gates}, blocked=blocked)
+        if isinstance(outcome, KeepPending):
+            return Settlement()
+        written: list[DeadLettered] = []
+        if isinstance(outcome, DeadLetterFirst):
+            event = (self._stream.entries.get(ctx.message_id) or b"").decode("utf-8", "replace")
+            for field in outcome.fields:
+                marker = parse_marker(h.get(field))
+                assert isinstance(marker, Exhausted)
+                function, handler = split_field(field)
+                reason = h.get("@err:" + field) or exhaustion_reason(marker.attempt, "")
+                entry = self._entry(ctx, event, reason, function, handler, marker.attempt)
+                try:
+                    entry_id = self._dlq._append(entry)
+                except DependencyUnavailable as exc:
+                    return Settlement(dead_lettered=tuple(written), dlq_error=str(exc))
+                h[field] = format_marker(Exhausted(marker.attempt, dead_lettered=True))
+                written.append(
+                    DeadLettered(
+                        field=field, attempt=marker.attempt, entry_id=entry_id, reason=reason
+                    )
+                )
+        self._ack(ctx.message_id)
+        return Settlement(acknowledged=True, dead_lettered=tuple(written))
+
+    def _entry(
+        self,
+        ctx: MessageContext,
+        event: str,
+        reason: str,
+        function: str,
+        handler: str,
+        attempts: int,
+    ) -> DeadLetterEntry:
+        info = self._stream.pending.get(ctx.message_id)
+        return DeadLetterEntry(
+            original_stream=ctx.stream,
+            original_id=ctx.message_id,
+            group=ctx.group,
+            consumer=ctx.consumer,
+            event=event,
+            reason=reason,
+            function=function,
+            handler=handler,
+            deliveries=info.count if info else 1,
+            handler_attempts=attempts,
+            timestamp=ctx.timestamp,
+        )
+
+    def _ack(self, message_id: str) -> None:
+        self._stream.ack(message_id)
+        self.ttl[message_id] = 48 * 3600
+
+    async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
+        ctx = request.context
+        h = self._call("malformed", ctx.message_id)
+        written: tuple[DeadLettered, ...] = ()
+        if "@dlq" not in h:
+            entry = self._entry(ctx, request.event, request.reason, "-", "-", 0)
+            try:
+                entry_id = self._dlq._append(entry)
+            except DependencyUnavailable as exc:
+                return Settlement(dlq_error=str(exc))
+            h["@dlq"] = entry_id
+            written = (
+                DeadLettered(field="-", attempt=0, entry_id=entry_id, reason=request.reason),
+            )
+        self._ack(ctx.message_id)
+        return Settlement(acknowledged=True, dead_lettered=written)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.domain.messages import Command
+from relay.domain.outcome import StreamMessage
 
 __all__ = ["Command"]
 
@@ -68,3 +69,11 @@ class ReconcileFunction(Command, frozen=True, kw_only=True):
 class ReconcileAll(Command, frozen=True, kw_only=True):
     """Re-scan the functions directory and reconcile every function (the startup
     pass and the periodic backstop)."""
+
+
+# --- delivery: one stream message through the ledger -------------------------------
+class DispatchMessage(Command, frozen=True, kw_only=True):
+    """Classify one delivered message, run its eligible invocations one at a time,
+    then acknowledge it, dead-letter it first, or leave it pending."""
+
+    message: StreamMessage

@@ -136,6 +136,127 @@ class FunctionRemoved(DomainEvent, frozen=True, kw_only=True):
     at: float
 
 
+# --- delivery: classification, invocations, dead letters (metrics, stats, logs) ----
+# ``message_id`` is the stream entry id; it is never a metric label.
+class EventClassified(DomainEvent, frozen=True, kw_only=True):
+    """The first classification of a logical event (never repeated on a redelivery):
+    ``events_received_total`` and ``events_matched_total``/``events_unmatched_total``;
+    ``functions`` (deduplicated, in match order) feeds ``function_events_matched_total``."""
+
+    message_id: str
+    matched: bool
+    functions: tuple[str, ...] = ()
+
+
+class InvocationStarted(DomainEvent, frozen=True, kw_only=True):
+    """Attempt ``attempt`` (1-based, counted at claim) of ``function/handler`` began."""
+
+    function: str
+    handler: str
+    message_id: str
+    attempt: int
+
+
+class InvocationSucceeded(DomainEvent, frozen=True, kw_only=True):
+    """``handler_success_total``, ``handler_invocations_total{outcome="success"}``."""
+
+    function: str
+    handler: str
+    message_id: str
+    attempt: int
+    duration_s: float
+
+
+class InvocationFailed(DomainEvent, frozen=True, kw_only=True):
+    """A failed attempt with attempts left; the next waits ``retry_in_s``
+    (``handler_failure_total``, ``retries_total``)."""
+
+    function: str
+    handler: str
+    message_id: str
+    attempt: int
+    duration_s: float
+    error: str
+    exit_code: int | None = None
+    retry_in_s: float = 0.0
+
+
+class InvocationExhausted(DomainEvent, frozen=True, kw_only=True):
+    """The last attempt failed (or its worker died before a result): terminal.
+    ``duration_s`` is 0 when no result was recorded."""
+
+    function: str
+    handler: str
+    message_id: str
+    attempt: int
+    duration_s: float
+    error: str
+    exit_code: int | None = None
+
+
+class InvocationDeferred(DomainEvent, frozen=True, kw_only=True):
+    """A claimed invocation was released without running (``reason``:
+    ``slot_unavailable`` or ``shutdown``); no attempt charged."""
+
+    function: str
+    handler: str
+    message_id: str
+    reason: str
+
+
+class InvocationFenced(DomainEvent, frozen=True, kw_only=True):
+    """A result arrived after this worker's claim was taken over by a newer
+    attempt; the ledger refused it (the newer attempt's state stands)."""
+
+    function: str
+    handler: str
+    message_id: str
+    attempt: int
+
+
+class MessageDeadLettered(DomainEvent, frozen=True, kw_only=True):
+    """One DLQ entry was written (``dlq_entries_total``). ``function``/``handler``
+    are ``-`` for a malformed or oversized message (``handler_attempts`` 0)."""
+
+    function: str
+    handler: str
+    message_id: str
+    entry_id: str
+    handler_attempts: int
+    reason: str
+
+
+class DeadLetterWriteFailed(DomainEvent, frozen=True, kw_only=True):
+    """The DLQ write failed; the message stays pending and is routed on a later
+    delivery without re-running anything."""
+
+    message_id: str
+    error: str
+
+
+class MessageAcknowledged(DomainEvent, frozen=True, kw_only=True):
+    """The message left the pending list. ``outcome``: ``completed``,
+    ``dead_lettered``, ``unmatched`` or ``malformed``."""
+
+    message_id: str
+    outcome: str
+
+
+class MessageKeptPending(DomainEvent, frozen=True, kw_only=True):
+    """The message stays pending (``reason``: ``retrying``, ``in_progress``,
+    ``building``, ``deferred``, ``dlq_failed`` or ``claim_failed``)."""
+
+    message_id: str
+    reason: str
+
+
+class PendingEntryDropped(DomainEvent, frozen=True, kw_only=True):
+    """A pending entry whose body was deleted or trimmed was removed from the
+    pending list without running anything."""
+
+    message_id: str
+
+
 # --- control plane: manual invocation (metrics) -------------------------------------
 class HandlerInvoked(DomainEvent, frozen=True, kw_only=True):
     """A handler ran for ``relay function invoke`` (outside delivery: no message,

@@ -176,6 +176,7 @@ class Reclaimed(msgspec.Struct, frozen=True, kw_only=True):
 
     messages: tuple[StreamMessage, ...] = ()
     deleted: tuple[str, ...] = ()
+    complete: bool = True  # the scan reached the end of the pending list
 
 
 class MessageContext(msgspec.Struct, frozen=True, kw_only=True):

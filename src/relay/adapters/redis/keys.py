@@ -6,7 +6,13 @@ name can never make two keys collide.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import quote
+
+from redis.exceptions import NoScriptError, RedisError
+
+from relay.domain.errors import DependencyUnavailable
 
 
 def _enc(name: str) -> str:
@@ -21,3 +27,14 @@ def invocation_key(stream: str, group: str, message_id: str) -> str:
 def dlq_key(stream: str) -> str:
     """The dead-letter stream of ``stream``: ``relay:<stream>:dlq``."""
     return f"relay:{stream}:dlq"
+
+
+@contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Driver errors as :class:`DependencyUnavailable` (one line, cause kept)."""
+    try:
+        yield
+    except NoScriptError:
+        raise
+    except (RedisError, OSError) as exc:
+        raise DependencyUnavailable(f"redis {what} failed: {exc}") from exc

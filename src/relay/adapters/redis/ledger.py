@@ -24,7 +24,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from relay.adapters.redis.keys import dlq_key, invocation_key
+from relay.adapters.redis.keys import dlq_key, invocation_key, translated
 from relay.domain.invocation import Complete, Exhaust, Release, Retry, Transition
 from relay.domain.outcome import (
     BeginRequest,
@@ -54,6 +54,10 @@ class LuaScript:
         self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
 
     async def __call__(self, client: Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        with translated(f"ledger script {self.name}"):
+            return await self._call(client, keys, args)
+
+    async def _call(self, client: Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             return await client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:

@@ -8,6 +8,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from relay.adapters.redis.keys import translated
 from relay.domain.outcome import Reclaimed, StreamMessage
 
 EVENT_FIELD: Final = b"event"
@@ -63,6 +64,10 @@ class RedisEventStream:
         return self._consumer
 
     async def ensure_group(self) -> None:
+        with translated("XGROUP CREATE"):
+            await self._ensure_group()
+
+    async def _ensure_group(self) -> None:
         try:
             await self._client.xgroup_create(self._stream, self._group, id="0", mkstream=True)
         except ResponseError as exc:
@@ -70,6 +75,10 @@ class RedisEventStream:
                 raise
 
     async def read(self, count: int, block_ms: int) -> Sequence[StreamMessage]:
+        with translated("XREADGROUP"):
+            return await self._read_messages(count, block_ms)
+
+    async def _read_messages(self, count: int, block_ms: int) -> Sequence[StreamMessage]:
         try:
             reply = await self._read(count, block_ms)
         except ResponseError as exc:
@@ -77,7 +86,7 @@ class RedisEventStream:
                 raise
             # The stream or group vanished (a Redis restart without persistence,
             # a manual DEL): recreate it and read again.
-            await self.ensure_group()
+            await self._ensure_group()
             reply = await self._read(count, block_ms)
         messages: list[StreamMessage] = []
         for _stream, entries in reply or ():
@@ -98,6 +107,10 @@ class RedisEventStream:
         Sent as a raw command so the third reply element, the ids of deleted
         entries (Redis 7+), is not lost the way redis-py's parsed form loses it.
         """
+        with translated("XAUTOCLAIM"):
+            return await self._reclaim(min_idle_ms, count)
+
+    async def _reclaim(self, min_idle_ms: int, count: int) -> Reclaimed:
         reply = await self._client.execute_command(  # type: ignore[no-untyped-call]
             "XAUTOCLAIM",
             self._stream,
@@ -119,7 +132,9 @@ class RedisEventStream:
                 messages.append(message)
         if messages:
             messages = await self._with_deliveries(messages)
-        return Reclaimed(messages=tuple(messages), deleted=tuple(deleted))
+        return Reclaimed(
+            messages=tuple(messages), deleted=tuple(deleted), complete=self._cursor == "0-0"
+        )
 
     async def _with_deliveries(self, messages: list[StreamMessage]) -> list[StreamMessage]:
         """The delivery counts (diagnostic) from the pending list, one round trip."""
@@ -137,4 +152,5 @@ class RedisEventStream:
 
     async def drop(self, ids: Sequence[str]) -> None:
         if ids:
-            await self._client.xack(self._stream, self._group, *ids)
+            with translated("XACK"):
+                await self._client.xack(self._stream, self._group, *ids)

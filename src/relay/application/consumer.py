@@ -1,0 +1,211 @@
+"""The consumer and recovery loops: stream messages into the dispatcher.
+
+Both loops share one :class:`MessageBuffer` (``MAX_BUFFERED_EVENTS``): a message
+holds a place from the moment it is read or reclaimed until its dispatch ends
+(acknowledged, dead-lettered or left pending). When the buffer is full the
+consumer stops reading, so the backlog stays in the broker, not in memory.
+
+Neither loop ever exits on a broker error: it logs one line when the broker
+starts failing, retries with jittered backoff (1 s doubling to 30 s), and logs
+one line when it answers again (:class:`ConnectionHealth`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Sequence
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup, TaskStatus
+
+from relay.application.ports import EventStream
+from relay.domain.events import PendingEntryDropped
+from relay.domain.messages import DomainEvent
+from relay.domain.outcome import StreamMessage
+
+_log = structlog.get_logger(__name__)
+
+Dispatch = Callable[[StreamMessage], Awaitable[object]]
+Publish = Callable[[Sequence[DomainEvent]], Awaitable[None]]
+
+DEFAULT_BLOCK_MS = 1_000
+RECLAIM_INTERVAL_S = 60.0
+MIN_PENDING_IDLE_MS = 60_000
+
+
+class MessageBuffer:
+    """At most ``size`` messages held locally; a message id is held once."""
+
+    def __init__(self, size: int) -> None:
+        if size <= 0:
+            raise ValueError("the buffer size must be positive")
+        self.size = size
+        self._held: set[str] = set()
+        self._changed: anyio.Event | None = None
+
+    @property
+    def occupancy(self) -> int:
+        """The ``buffered_events`` gauge."""
+        return len(self._held)
+
+    @property
+    def free(self) -> int:
+        return self.size - len(self._held)
+
+    def take(self, message_id: str) -> bool:
+        """Hold ``message_id``; False when full or already held (being processed)."""
+        if message_id in self._held or self.free <= 0:
+            return False
+        self._held.add(message_id)
+        return True
+
+    def release(self, message_id: str) -> None:
+        self._held.discard(message_id)
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def wait_free(self) -> None:
+        while self.free <= 0:
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+
+
+class ConnectionHealth:
+    """One log line when the broker starts failing, one when it recovers."""
+
+    def __init__(self, name: str, *, min_s: float = 1.0, max_s: float = 30.0) -> None:
+        self.name = name
+        self.healthy = True
+        self._min_s = min_s
+        self._max_s = max_s
+        self._failures = 0
+
+    def failed(self, exc: BaseException) -> float:
+        """Record a failure; returns the jittered delay before the next try."""
+        if self.healthy:
+            _log.warning("broker_unavailable", loop=self.name, error=str(exc))
+        self.healthy = False
+        self._failures += 1
+        cap = min(self._max_s, self._min_s * 2 ** min(self._failures - 1, 16))
+        return random.uniform(self._min_s, max(self._min_s, cap))  # noqa: S311 - jitter, not security
+
+    def succeeded(self) -> None:
+        if not self.healthy:
+            _log.info("broker_recovered", loop=self.name, failures=self._failures)
+        self.healthy = True
+        self._failures = 0
+
+
+async def _dispatch_one(dispatch: Dispatch, buffer: MessageBuffer, message: StreamMessage) -> None:
+    try:
+        await dispatch(message)
+    except Exception:  # noqa: BLE001 - one message's failure never stops the loop; it stays pending
+        _log.exception("dispatch_failed", message_id=message.id)
+    finally:
+        buffer.release(message.id)
+
+
+class ConsumerLoop:
+    """Reads new messages (``XREADGROUP ... >``) as fast as the buffer frees up."""
+
+    def __init__(
+        self,
+        stream: EventStream,
+        dispatch: Dispatch,
+        buffer: MessageBuffer,
+        *,
+        block_ms: int = DEFAULT_BLOCK_MS,
+        health: ConnectionHealth | None = None,
+    ) -> None:
+        self._stream = stream
+        self._dispatch = dispatch
+        self._buffer = buffer
+        self._block_ms = block_ms
+        self.health = health or ConnectionHealth("consumer")
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        await self._ensure_group()
+        task_status.started()
+        async with anyio.create_task_group() as tg:
+            while True:
+                await self._buffer.wait_free()
+                try:
+                    messages = await self._stream.read(self._buffer.free, self._block_ms)
+                except Exception as exc:  # noqa: BLE001 - never exit: back off and retry
+                    await anyio.sleep(self.health.failed(exc))
+                    continue
+                self.health.succeeded()
+                for message in messages:
+                    if self._buffer.take(message.id):
+                        tg.start_soon(_dispatch_one, self._dispatch, self._buffer, message)
+
+    async def _ensure_group(self) -> None:
+        while True:
+            try:
+                await self._stream.ensure_group()
+            except Exception as exc:  # noqa: BLE001 - never exit: back off and retry
+                await anyio.sleep(self.health.failed(exc))
+                continue
+            self.health.succeeded()
+            return
+
+
+class RecoveryLoop:
+    """Every ``interval_s``, hands messages pending longer than ``min_idle_ms``
+    back to the dispatcher (``XAUTOCLAIM``); entries whose body is gone are
+    counted and dropped from the pending list, never executed."""
+
+    def __init__(
+        self,
+        stream: EventStream,
+        dispatch: Dispatch,
+        buffer: MessageBuffer,
+        *,
+        publish: Publish | None = None,
+        interval_s: float = RECLAIM_INTERVAL_S,
+        min_idle_ms: int = MIN_PENDING_IDLE_MS,
+        health: ConnectionHealth | None = None,
+    ) -> None:
+        self._stream = stream
+        self._dispatch = dispatch
+        self._buffer = buffer
+        self._publish = publish
+        self._interval_s = interval_s
+        self._min_idle_ms = min_idle_ms
+        self.health = health or ConnectionHealth("recovery")
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with anyio.create_task_group() as tg:
+            while True:
+                try:
+                    await self.tick(tg)
+                except Exception as exc:  # noqa: BLE001 - never exit: retry on the next tick
+                    await anyio.sleep(min(self.health.failed(exc), self._interval_s))
+                    continue
+                self.health.succeeded()
+                await anyio.sleep(self._interval_s)
+
+    async def tick(self, tg: TaskGroup) -> int:
+        """One pass over the pending list; returns how many messages it handed over."""
+        handed = 0
+        while self._buffer.free > 0:
+            batch = await self._stream.reclaim(self._min_idle_ms, self._buffer.free)
+            if batch.deleted:
+                await self._drop(batch.deleted)
+            for message in batch.messages:
+                if self._buffer.take(message.id):
+                    handed += 1
+                    tg.start_soon(_dispatch_one, self._dispatch, self._buffer, message)
+            if batch.complete:
+                break
+        return handed
+
+    async def _drop(self, ids: Sequence[str]) -> None:
+        await self._stream.drop(ids)
+        _log.warning("pending_entries_dropped", count=len(ids), message_ids=list(ids)[:10])
+        if self._publish is not None:
+            await self._publish([PendingEntryDropped(message_id=i) for i in ids])

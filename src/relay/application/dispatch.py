@@ -1,0 +1,528 @@
+"""The DispatchMessage use case: one delivered message through the ledger.
+
+Per message, at most two ledger calls (each one atomic, fenced Lua step in Redis):
+
+1. ``begin`` classifies the event once, claims every eligible matched invocation
+   with a fresh random token and a deadline on the ledger's clock, and settles the
+   message at once when nothing needs to run (unmatched, all done, all exhausted);
+2. the claimed invocations run one at a time (the spec's sequential order), each
+   in a global then a function concurrency slot;
+3. ``finish`` records every result (fenced by the token), writes any DLQ entry,
+   and acknowledges the message when every gate is terminal.
+
+Claims are taken before the slot wait, so each claim's lease covers the
+invocations queued before it (timeouts plus slot waits, cumulatively); a claim
+that never ran (no slot within the bounded wait, shutdown) is *released* to the
+marker it replaced, so no attempt is charged. A claim error fails closed: nothing
+runs and the message stays pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+import anyio
+import msgspec
+import structlog
+
+from relay.application.bus import Outcome
+from relay.application.environment import resolve_environment
+from relay.application.ports import Clock, EventStream, InvocationLedger, SecretStore, TokenSource
+from relay.domain.commands import DispatchMessage
+from relay.domain.errors import DependencyUnavailable, RelayError
+from relay.domain.events import (
+    DeadLetterWriteFailed,
+    EventClassified,
+    InvocationDeferred,
+    InvocationExhausted,
+    InvocationFailed,
+    InvocationFenced,
+    InvocationStarted,
+    InvocationSucceeded,
+    MessageAcknowledged,
+    MessageDeadLettered,
+    MessageKeptPending,
+)
+from relay.domain.execution import (
+    InvocationRequest,
+    InvocationResult,
+    SlotUnavailable,
+    clamp_timeout_ns,
+    failure_message,
+)
+from relay.domain.invocation import (
+    Complete,
+    Exhaust,
+    Release,
+    Retry,
+    Transition,
+    after_failure,
+    invocation_field,
+)
+from relay.domain.messages import DomainEvent
+from relay.domain.outcome import (
+    BACKOFF,
+    CLAIMED,
+    EXHAUSTED,
+    PLACEHOLDER,
+    AttemptReport,
+    BeginRequest,
+    ClaimRequest,
+    ClaimStatus,
+    FinishRequest,
+    Malformed,
+    MalformedRequest,
+    MessageContext,
+    Settlement,
+    exhaustion_reason,
+    inspect_payload,
+    rfc3339,
+    split_field,
+    unique_in_order,
+)
+from relay.domain.template import EventRule, Template
+
+_log = structlog.get_logger(__name__)
+
+# Each claim's lease adds this to the rule timeout: the container's own kill
+# grace and the round trips around the run.
+LEASE_GRACE_MS = 5_000
+_CLEANUP_S = 5.0
+
+
+class FunctionView(Protocol):
+    """What the dispatcher reads of a catalog function (``ActiveFunction``)."""
+
+    @property
+    def template(self) -> Template: ...
+
+    @property
+    def image(self) -> str | None: ...
+
+
+class RuleMatchView(Protocol):
+    @property
+    def function(self) -> str: ...
+
+    @property
+    def rule(self) -> EventRule: ...
+
+
+class RuleMatcher(Protocol):
+    def match(self, event: Mapping[str, object], now: float) -> list[Any]: ...
+
+
+class CatalogView(Protocol):
+    @property
+    def index(self) -> RuleMatcher: ...
+
+    @property
+    def functions(self) -> Mapping[str, Any]: ...
+
+
+class CatalogSource(Protocol):
+    """``relay.application.registry.FunctionRegistry``."""
+
+    def current(self) -> Any: ...
+
+
+class SlotPool(Protocol):
+    """``relay.application.concurrency.Slots``."""
+
+    def acquire(self, function: str) -> AbstractAsyncContextManager[None]: ...
+
+
+class Invoker(Protocol):
+    """The part of ``ContainerRuntime`` the dispatcher uses."""
+
+    async def invoke(self, request: InvocationRequest) -> InvocationResult: ...
+
+
+class MessageReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The result of one dispatch: acknowledged or left pending (and why)."""
+
+    message_id: str
+    acknowledged: bool
+    outcome: str
+
+
+class _Planned(msgspec.Struct, frozen=True):
+    field: str
+    function: str
+    rule: EventRule
+    template: Template
+    ready: bool
+
+
+class MessageDispatcher:
+    """Handler of :class:`DispatchMessage` (register it on the bus)."""
+
+    def __init__(
+        self,
+        *,
+        stream: EventStream,
+        ledger: InvocationLedger,
+        registry: CatalogSource,
+        runtime: Invoker,
+        slots: SlotPool,
+        secrets: SecretStore,
+        clock: Clock,
+        tokens: TokenSource,
+        max_event_bytes: int,
+        slot_wait_s: float = 10.0,
+    ) -> None:
+        self._stream = stream
+        self._ledger = ledger
+        self._registry = registry
+        self._runtime = runtime
+        self._slots = slots
+        self._secrets = secrets
+        self._clock = clock
+        self._tokens = tokens
+        self._max_event_bytes = max_event_bytes
+        self._pad_ms = int(slot_wait_s * 1000) + LEASE_GRACE_MS
+
+    async def __call__(self, command: DispatchMessage) -> Outcome[MessageReport]:
+        message = command.message
+        ctx = MessageContext(
+            stream=self._stream.stream,
+            group=self._stream.group,
+            consumer=self._stream.consumer,
+            message_id=message.id,
+            timestamp=rfc3339(self._clock.now()),
+        )
+        decoded = inspect_payload(message.payload, self._max_event_bytes)
+        if isinstance(decoded, Malformed):
+            return await self._dead_letter_malformed(ctx, decoded)
+        plan, functions = self._plan(decoded)
+        return await self._run(ctx, message.payload or b"", plan, functions)
+
+    def _plan(self, event: Mapping[str, object]) -> tuple[list[_Planned], tuple[str, ...]]:
+        catalog = self._registry.current()
+        plan: dict[str, _Planned] = {}
+        for match in catalog.index.match(event, self._clock.now()):
+            fn = catalog.functions.get(match.function)
+            if fn is None:
+                continue
+            field = invocation_field(match.function, match.rule.handler)
+            if field not in plan:
+                ready = fn.image is not None
+                plan[field] = _Planned(field, match.function, match.rule, fn.template, ready)
+        planned = list(plan.values())
+        return planned, unique_in_order(p.function for p in planned)
+
+    async def _dead_letter_malformed(
+        self, ctx: MessageContext, malformed: Malformed
+    ) -> Outcome[MessageReport]:
+        request = MalformedRequest(context=ctx, reason=malformed.reason, event=malformed.summary)
+        _log.warning("event_malformed", message_id=ctx.message_id, reason=malformed.reason)
+        try:
+            settlement = await self._ledger.dead_letter_malformed(request)
+        except DependencyUnavailable as exc:
+            return self._kept(ctx, "ledger_unavailable", exc)
+        events = settlement_events(ctx.message_id, settlement, outcome="malformed")
+        return Outcome(self._report(ctx, settlement.acknowledged, "malformed"), events)
+
+    def _kept(self, ctx: MessageContext, reason: str, exc: Exception) -> Outcome[MessageReport]:
+        _log.warning("ledger_unavailable", message_id=ctx.message_id, error=str(exc))
+        return self._kept_with(ctx, reason, [])
+
+    @staticmethod
+    def _report(ctx: MessageContext, acked: bool, outcome: str) -> MessageReport:
+        return MessageReport(message_id=ctx.message_id, acknowledged=acked, outcome=outcome)
+
+    def _claims(self, plan: list[_Planned]) -> tuple[ClaimRequest, ...]:
+        claims: list[ClaimRequest] = []
+        lease = 0
+        for p in plan:
+            if not p.ready:
+                continue
+            lease += clamp_timeout_ns(p.rule.timeout_ns) // 1_000_000 + self._pad_ms
+            claims.append(
+                ClaimRequest(field=p.field, max_attempts=1 + max(0, p.rule.retries), lease_ms=lease)
+            )
+        return tuple(claims)
+
+    async def _run(
+        self,
+        ctx: MessageContext,
+        payload: bytes,
+        plan: list[_Planned],
+        functions: tuple[str, ...],
+    ) -> Outcome[MessageReport]:
+        blocked = any(not p.ready for p in plan)
+        gates = tuple(p.field for p in plan)
+        token = self._tokens.token()
+        begin = BeginRequest(
+            context=ctx,
+            classification="matched:" + ",".join(functions) if functions else "unmatched",
+            token=token,
+            claims=self._claims(plan),
+            gates=gates,
+            blocked=blocked,
+        )
+        try:
+            started = await self._ledger.begin(begin)
+        except DependencyUnavailable as exc:
+            # Fail closed: nothing runs, nothing is counted, the message stays pending.
+            return self._kept(ctx, "claim_failed", exc)
+        events: list[DomainEvent] = []
+        if started.newly_classified:
+            events.append(
+                EventClassified(message_id=ctx.message_id, matched=bool(plan), functions=functions)
+            )
+        events += _newly_exhausted(ctx.message_id, started.statuses)
+        claimed = [s for s in started.statuses if s.status == CLAIMED]
+        if not claimed:
+            settlement = started.settlement
+            outcome = _outcome(settlement, bool(plan), _pending_reason(started.statuses, blocked))
+            events += settlement_events(ctx.message_id, settlement, outcome=outcome)
+            return Outcome(self._report(ctx, settlement.acknowledged, outcome), events)
+        return await self._execute(
+            ctx, payload, token=token, plan=plan, statuses=started.statuses, events=events
+        )
+
+    async def _execute(
+        self,
+        ctx: MessageContext,
+        payload: bytes,
+        *,
+        token: str,
+        plan: list[_Planned],
+        statuses: tuple[ClaimStatus, ...],
+        events: list[DomainEvent],
+    ) -> Outcome[MessageReport]:
+        by_field = {p.field: p for p in plan}
+        claimed = [s for s in statuses if s.status == CLAIMED]
+        runs: list[_Run] = []
+        try:
+            for status in claimed:
+                runs.append(await self._attempt(ctx, payload, by_field[status.field], status))
+        finally:
+            # Shutdown (or any error) before a claim ran releases it: no attempt charged.
+            for status in claimed[len(runs) :]:
+                runs.append(_released(ctx, by_field[status.field], status, "shutdown"))
+            blocked = any(not p.ready for p in plan)
+            finish = FinishRequest(
+                context=ctx,
+                token=token,
+                reports=tuple(r.report for r in runs),
+                gates=tuple(by_field),
+                blocked=blocked,
+            )
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_S):
+                settled = await self._finish(ctx, finish)
+        if settled is None:
+            events += [e for r in runs for e in r.events]
+            return self._kept_with(ctx, "finish_failed", events)
+        rejected = set(settled.rejected)
+        for run in runs:
+            if run.report.field in rejected:
+                fn, handler = by_field[run.report.field].function, run.report.field
+                events.append(
+                    InvocationFenced(
+                        function=fn,
+                        handler=handler.split("/", 1)[1],
+                        message_id=ctx.message_id,
+                        attempt=run.report.attempt,
+                    )
+                )
+            else:
+                events += run.events
+        fallback = _pending_reason(statuses, blocked, [r.report for r in runs])
+        outcome = _outcome(settled, True, fallback)
+        events += settlement_events(ctx.message_id, settled, outcome=outcome)
+        return Outcome(self._report(ctx, settled.acknowledged, outcome), events)
+
+    async def _finish(self, ctx: MessageContext, request: FinishRequest) -> Settlement | None:
+        try:
+            return await self._ledger.finish(request)
+        except DependencyUnavailable as exc:
+            # The results are lost; each claim expires at its deadline and the
+            # next delivery runs it again (at-least-once).
+            _log.warning("ledger_unavailable", message_id=ctx.message_id, error=str(exc))
+            return None
+
+    def _kept_with(
+        self, ctx: MessageContext, reason: str, events: list[DomainEvent]
+    ) -> Outcome[MessageReport]:
+        events.append(MessageKeptPending(message_id=ctx.message_id, reason=reason))
+        return Outcome(self._report(ctx, False, reason), events)
+
+    async def _attempt(
+        self, ctx: MessageContext, payload: bytes, planned: _Planned, status: ClaimStatus
+    ) -> _Run:
+        fn, handler, attempt = planned.function, planned.rule.handler, status.attempt
+        max_attempts = 1 + max(0, planned.rule.retries)
+        try:
+            async with self._slots.acquire(fn):
+                started = InvocationStarted(
+                    function=fn, handler=handler, message_id=ctx.message_id, attempt=attempt
+                )
+                result = await self._invoke(ctx, payload, planned)
+        except SlotUnavailable:
+            return _released(ctx, planned, status, "slot_unavailable")
+        transition: Transition = Complete() if result.ok else after_failure(attempt, max_attempts)
+        error = result.error
+        if isinstance(transition, Exhaust):
+            error = exhaustion_reason(attempt, result.error)
+        report = AttemptReport(
+            field=planned.field, attempt=attempt, transition=transition, error=error
+        )
+        return _Run(report, (started, _result_event(ctx, planned, attempt, result, transition)))
+
+    async def _invoke(
+        self, ctx: MessageContext, payload: bytes, planned: _Planned
+    ) -> InvocationResult:
+        fn, handler = planned.function, planned.rule.handler
+        try:
+            env = resolve_environment(planned.template.env, planned.template.secrets, self._secrets)
+            return await self._runtime.invoke(
+                InvocationRequest(
+                    function=fn,
+                    handler=handler,
+                    event=payload,
+                    env=env,
+                    timeout_ns=clamp_timeout_ns(planned.rule.timeout_ns),
+                    context=ctx.message_id,
+                )
+            )
+        except RelayError as exc:
+            # The attempt was charged at claim; a runtime that could not serve it
+            # (engine refused, function removed, missing secret) is a failure.
+            return InvocationResult(ok=False, error=failure_message(fn, handler, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - an adapter bug is a failed attempt, never a lost message
+            _log.exception("invocation_crashed", function=fn, handler=handler)
+            return InvocationResult(ok=False, error=failure_message(fn, handler, repr(exc)))
+
+
+class _Run(msgspec.Struct, frozen=True):
+    report: AttemptReport
+    events: tuple[DomainEvent, ...]
+
+
+def _released(ctx: MessageContext, planned: _Planned, status: ClaimStatus, reason: str) -> _Run:
+    report = AttemptReport(
+        field=planned.field, attempt=status.attempt, transition=Release(status.previous)
+    )
+    deferred = InvocationDeferred(
+        function=planned.function,
+        handler=planned.rule.handler,
+        message_id=ctx.message_id,
+        reason=reason,
+    )
+    return _Run(report, (deferred,))
+
+
+def _result_event(
+    ctx: MessageContext,
+    planned: _Planned,
+    attempt: int,
+    result: InvocationResult,
+    transition: Transition,
+) -> DomainEvent:
+    common: dict[str, Any] = {
+        "function": planned.function,
+        "handler": planned.rule.handler,
+        "message_id": ctx.message_id,
+        "attempt": attempt,
+        "duration_s": result.duration_s,
+    }
+    if isinstance(transition, Complete):
+        return InvocationSucceeded(**common)
+    log = _log.bind(**common, error=result.error, exit_code=result.exit_code)
+    if isinstance(transition, Retry):
+        log.warning("invocation_failed", retry_in_s=transition.backoff_ms / 1000)
+        return InvocationFailed(
+            **common,
+            error=result.error,
+            exit_code=result.exit_code,
+            retry_in_s=transition.backoff_ms / 1000,
+        )
+    log.error("invocation_exhausted")
+    return InvocationExhausted(**common, error=result.error, exit_code=result.exit_code)
+
+
+def _newly_exhausted(message_id: str, statuses: tuple[ClaimStatus, ...]) -> list[DomainEvent]:
+    events: list[DomainEvent] = []
+    for s in statuses:
+        if s.status == EXHAUSTED and s.newly:
+            fn, handler = split_field(s.field)
+            error = f"attempt {s.attempt} did not finish before its deadline"
+            _log.error("invocation_exhausted", function=fn, handler=handler, error=error)
+            events.append(
+                InvocationExhausted(
+                    function=fn,
+                    handler=handler,
+                    message_id=message_id,
+                    attempt=s.attempt,
+                    duration_s=0.0,
+                    error=error,
+                )
+            )
+    return events
+
+
+def _pending_reason(
+    statuses: tuple[ClaimStatus, ...],
+    blocked: bool,
+    reports: list[AttemptReport] | None = None,
+) -> str:
+    if any(isinstance(r.transition, Release) for r in reports or ()):
+        return "deferred"
+    if blocked:
+        return "building"
+    if any(isinstance(r.transition, Retry) for r in reports or ()):
+        return "retrying"
+    if any(s.status == BACKOFF for s in statuses):
+        return "retrying"
+    return "in_progress"
+
+
+def _outcome(settlement: Settlement, matched: bool, pending_reason: str) -> str:
+    if not settlement.acknowledged:
+        return "dlq_failed" if settlement.dlq_error else pending_reason
+    if settlement.dead_lettered or not matched:
+        return "dead_lettered" if settlement.dead_lettered else "unmatched"
+    return "completed"
+
+
+def settlement_events(
+    message_id: str, settlement: Settlement | None, *, outcome: str
+) -> list[DomainEvent]:
+    """The events of how a ledger call left the message."""
+    events: list[DomainEvent] = []
+    if settlement is None:
+        events.append(MessageKeptPending(message_id=message_id, reason=outcome))
+        return events
+    for entry in settlement.dead_lettered:
+        fn, handler = (
+            (PLACEHOLDER, PLACEHOLDER) if entry.field == PLACEHOLDER else split_field(entry.field)
+        )
+        _log.error(
+            "message_dead_lettered",
+            message_id=message_id,
+            function=fn,
+            handler=handler,
+            entry_id=entry.entry_id,
+        )
+        events.append(
+            MessageDeadLettered(
+                function=fn,
+                handler=handler,
+                message_id=message_id,
+                entry_id=entry.entry_id,
+                handler_attempts=entry.attempt,
+                reason=entry.reason,
+            )
+        )
+    if settlement.dlq_error:
+        _log.error("dead_letter_write_failed", message_id=message_id, error=settlement.dlq_error)
+        events.append(DeadLetterWriteFailed(message_id=message_id, error=settlement.dlq_error))
+    if settlement.acknowledged:
+        events.append(MessageAcknowledged(message_id=message_id, outcome=outcome))
+    else:
+        events.append(MessageKeptPending(message_id=message_id, reason=outcome))
+    return events
