@@ -18,7 +18,6 @@ and removes them at the end).
 from __future__ import annotations
 
 import argparse
-import json
 import secrets
 import statistics
 import tempfile
@@ -114,9 +113,7 @@ class Bench:
         await self.builder.collect_dependency_images()
 
     async def _left(self) -> bool:
-        images = await self.docker.images.list(
-            filters=json.dumps({"label": [f"relay.function={self.name}"]})
-        )
+        images = await self.docker.images.list(filters={"label": [f"relay.function={self.name}"]})
         return bool(images)
 
 
