@@ -56,6 +56,12 @@ class MessageBus:
     def handled_commands(self) -> frozenset[type[Command]]:
         return frozenset(self._handlers)
 
+    def register(self, kind: type[Command], handler: Handler) -> None:
+        """Add the one handler for ``kind``; a second handler is a wiring bug."""
+        if kind in self._handlers:
+            raise ValueError(f"{kind.__name__} already has a handler")
+        self._handlers[kind] = handler
+
     def subscribe(self, kind: type[DomainEvent], subscriber: Subscriber) -> None:
         self._subscribers.setdefault(kind, []).append(subscriber)
 

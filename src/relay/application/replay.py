@@ -1,0 +1,167 @@
+"""The ReplayDeadLetter use case: ``relay dlq replay <id>`` on the live worker.
+
+Re-runs exactly the handler a dead-letter entry records (``function``/``handler``),
+with the entry's original event, through the same runtime path as a stream event
+(concurrency slots, capped timeout, env and secrets, the warm pool). The entry is
+deleted only after the handler succeeded; on any failure it stays. Like
+``relay function invoke`` this is an operator action outside the delivery
+lifecycle: no ledger, no retry, no new DLQ entry, no event counters.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+import msgspec
+import structlog
+
+from relay.application.bus import Outcome
+from relay.application.environment import resolve_environment
+from relay.application.ports import SecretStore
+from relay.domain.commands import ReplayDeadLetter
+from relay.domain.errors import RelayError
+from relay.domain.events import HandlerInvoked
+from relay.domain.execution import (
+    InvocationRequest,
+    InvocationResult,
+    clamp_timeout_ns,
+    failure_message,
+)
+from relay.domain.outcome import PLACEHOLDER, DeadLetterEntry
+
+_log = structlog.get_logger(__name__)
+
+REPLAY_CONTEXT = "replay"  # prefixes the handler's forwarded output lines
+
+
+class NotReplayable(RelayError):
+    """The entry records a malformed message or a handler that no longer exists."""
+
+
+class ReplayFailed(RelayError):
+    """The replayed handler failed; the entry is kept."""
+
+
+class ReplaySummary(msgspec.Struct, frozen=True, kw_only=True):
+    entry_id: str
+    function: str
+    handler: str
+    duration_s: float
+
+
+class StoredEntry(Protocol):
+    """An entry read back with its id (``relay.adapters.redis.dlq_reader.StoredDeadLetter``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def entry(self) -> DeadLetterEntry: ...
+
+
+class DeadLetterSource(Protocol):
+    """``relay.adapters.redis.dlq_reader.RedisDeadLetterReader``."""
+
+    async def get(self, entry_id: str) -> StoredEntry:
+        """The entry; raises a ``RelayError`` naming the id when there is none."""
+        ...
+
+    async def discard(self, entry_id: str) -> bool:
+        """Delete the entry if still there."""
+        ...
+
+
+class CatalogSource(Protocol):
+    def current(self) -> Any: ...
+
+
+class SlotPool(Protocol):
+    def acquire(self, function: str) -> AbstractAsyncContextManager[None]: ...
+
+
+class Invoker(Protocol):
+    async def invoke(self, request: InvocationRequest) -> InvocationResult: ...
+
+
+class DeadLetterReplayer:
+    """Handler of :class:`ReplayDeadLetter` (register it on the bus)."""
+
+    def __init__(
+        self,
+        *,
+        dead_letters: DeadLetterSource,
+        registry: CatalogSource,
+        runtime: Invoker,
+        slots: SlotPool,
+        secrets: SecretStore,
+    ) -> None:
+        self._dead_letters = dead_letters
+        self._registry = registry
+        self._runtime = runtime
+        self._slots = slots
+        self._secrets = secrets
+
+    async def __call__(self, command: ReplayDeadLetter) -> Outcome[ReplaySummary]:
+        stored = await self._dead_letters.get(command.entry_id)
+        entry = stored.entry
+        if PLACEHOLDER in (entry.function, entry.handler):
+            raise NotReplayable(
+                f"entry {stored.id} records a malformed message: there is no handler to replay"
+            )
+        template, timeout_ns = self._target(entry)
+        started = time.monotonic()
+        async with self._slots.acquire(entry.function):
+            env = resolve_environment(template.env, template.secrets, self._secrets)
+            result = await self._runtime.invoke(
+                InvocationRequest(
+                    function=entry.function,
+                    handler=entry.handler,
+                    event=entry.event.encode(),
+                    env=env,
+                    timeout_ns=timeout_ns,
+                    context=REPLAY_CONTEXT,
+                )
+            )
+        duration = time.monotonic() - started
+        if not result.ok:
+            _log.warning(
+                "dead_letter_replay_failed",
+                entry_id=stored.id,
+                function=entry.function,
+                handler=entry.handler,
+                error=result.error,
+            )
+            raise ReplayFailed(result.error or failure_message(entry.function, entry.handler, ""))
+        await self._dead_letters.discard(stored.id)
+        _log.info(
+            "dead_letter_replayed",
+            entry_id=stored.id,
+            function=entry.function,
+            handler=entry.handler,
+            duration=duration,
+        )
+        event = HandlerInvoked(
+            function=entry.function, handler=entry.handler, ok=True, duration_s=duration, error=""
+        )
+        summary = ReplaySummary(
+            entry_id=stored.id, function=entry.function, handler=entry.handler, duration_s=duration
+        )
+        return Outcome(summary, [event])
+
+    def _target(self, entry: DeadLetterEntry) -> tuple[Any, int]:
+        """The function's template and the recorded handler's capped timeout."""
+        function = self._registry.current().functions.get(entry.function)
+        if function is None:
+            raise NotReplayable(f'function "{entry.function}" no longer exists')
+        if function.image is None:
+            why = function.last_error or "its first image is still being built"
+            raise NotReplayable(f'function "{entry.function}" is not available: {why}')
+        template = function.template
+        for rule in (*template.events, *template.schedules):
+            if rule.handler == entry.handler:
+                return template, clamp_timeout_ns(rule.timeout_ns)
+        raise NotReplayable(
+            f'function "{entry.function}" has no handler "{entry.handler}" any more'
+        )

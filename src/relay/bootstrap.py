@@ -1,0 +1,313 @@
+"""The one composition root.
+
+:func:`compose` wires use cases to ports on one command bus and is what unit tests
+call with in-memory fakes. :func:`build_worker` constructs the real adapters
+(Redis, Docker, SQLite, the control socket) in dependency order inside an async
+context manager, so every resource is closed in reverse order, shielded, when the
+worker stops. Nothing here runs at import time, and nothing here reads the
+environment: settings arrive already validated.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+
+from relay.adapters.control.lock import ProcessLock
+from relay.adapters.control.server import ControlServer
+from relay.adapters.docker.connection import connect_docker
+from relay.adapters.docker.images import DockerImageBuilder
+from relay.adapters.docker.networks import sweep_orphans, verify_networks
+from relay.adapters.docker.runtime import DockerContainerRuntime
+from relay.adapters.fs.discovery import FsFunctionSource
+from relay.adapters.fs.secrets import FileSecretStore
+from relay.adapters.fs.watcher import FunctionsWatcher
+from relay.adapters.metrics.backlog import redis_backlog_reader
+from relay.adapters.metrics.registry import Metrics
+from relay.adapters.metrics.server import MetricsServer, sample_backlog
+from relay.adapters.metrics.subscribers import InstrumentedImageBuilder, subscribe
+from relay.adapters.redis.connection import connect_redis
+from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
+from relay.adapters.redis.ledger import RedisInvocationLedger
+from relay.adapters.redis.retention import RetentionTrimmer
+from relay.adapters.redis.stream import RedisEventStream
+from relay.adapters.sqlite.db import open_db
+from relay.adapters.sqlite.state_view import SqliteStateView
+from relay.adapters.sqlite.stats_store import SqliteStatsStore
+from relay.adapters.system import RandomTokenSource, SystemClock
+from relay.application.bus import MessageBus
+from relay.application.concurrency import Slots
+from relay.application.consumer import ConsumerLoop, MessageBuffer, RecoveryLoop
+from relay.application.control import ControlHandlers, StatsResetter, WorkerHealth
+from relay.application.dispatch import MessageDispatcher
+from relay.application.invoke import FunctionInvoker
+from relay.application.ports import (
+    Clock,
+    ContainerRuntime,
+    EventStream,
+    FunctionSource,
+    ImageBuilder,
+    InvocationLedger,
+    SecretStore,
+    TokenSource,
+)
+from relay.application.reconcile import Reconciler
+from relay.application.registry import FunctionRegistry
+from relay.application.replay import DeadLetterReplayer, DeadLetterSource
+from relay.application.stats import StatsRecorder
+from relay.domain import commands as cmd
+from relay.domain.execution import PoolSnapshot
+
+log = structlog.get_logger("relay.bootstrap")
+
+# A background loop: ``async def run(*, task_status)`` started with ``TaskGroup.start``.
+Loop = Callable[..., Coroutine[Any, Any, None]]
+
+CLEANUP_BUDGET_S = 20.0
+
+
+@dataclass
+class Composition:
+    """The bus and the use-case objects the loops need."""
+
+    bus: MessageBus
+    registry: FunctionRegistry
+    health: WorkerHealth
+
+
+def compose(
+    *,
+    bus: MessageBus,
+    registry: FunctionRegistry,
+    source: FunctionSource,
+    builder: ImageBuilder,
+    runtime: ContainerRuntime,
+    slots: Slots,
+    secrets: SecretStore,
+    clock: Clock,
+    tokens: TokenSource,
+    stream: EventStream,
+    ledger: InvocationLedger,
+    dead_letters: DeadLetterSource,
+    stats: StatsResetter,
+    max_event_bytes: int,
+    slot_wait_s: float = 10.0,
+) -> Composition:
+    """Register exactly one handler per command on ``bus``.
+
+    The bus is created by the caller first so adapters that publish events (the
+    runtime's pool events) can be given ``bus.publish`` before they exist here.
+    """
+    reconciler = Reconciler(
+        registry=registry,
+        source=source,
+        builder=builder,
+        runtime=runtime,
+        slots=slots,
+        clock=clock,
+        publish=bus.publish,
+    )
+    for kind, handler in reconciler.handlers().items():
+        bus.register(kind, handler)
+    bus.register(
+        cmd.DispatchMessage,
+        MessageDispatcher(
+            stream=stream,
+            ledger=ledger,
+            registry=registry,
+            runtime=runtime,
+            slots=slots,
+            secrets=secrets,
+            clock=clock,
+            tokens=tokens,
+            max_event_bytes=max_event_bytes,
+            slot_wait_s=slot_wait_s,
+        ),
+    )
+    invoker = FunctionInvoker(
+        registry=registry, runtime=runtime, slots=slots, secrets=secrets, clock=clock
+    )
+    bus.register(cmd.InvokeFunction, invoker)
+    bus.register(
+        cmd.ReplayDeadLetter,
+        DeadLetterReplayer(
+            dead_letters=dead_letters, registry=registry, runtime=runtime, slots=slots,
+            secrets=secrets,
+        ),
+    )
+    health = WorkerHealth()
+    control = ControlHandlers(pools=runtime, stats=stats, health=health)
+    for kind, handler in control.table().items():
+        bus.register(kind, handler)
+    return Composition(bus=bus, registry=registry, health=health)
+
+
+@dataclass
+class Worker:
+    """A composed worker and the background loops ``relay start`` runs."""
+
+    composition: Composition
+    loops: list[tuple[str, Loop]] = field(default_factory=list)
+    before_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    @property
+    def bus(self) -> MessageBus:
+        return self.composition.bus
+
+    @property
+    def registry(self) -> FunctionRegistry:
+        return self.composition.registry
+
+    async def start(self, tg: TaskGroup) -> None:
+        """Reconcile the functions directory once, then start every loop."""
+        for step in self.before_start:
+            await step()
+        await self.bus.send(cmd.ReconcileAll())
+        for name, loop in self.loops:
+            await tg.start(loop, name=name)
+        self.composition.health.mark_started()
+
+
+def _print_line(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+@asynccontextmanager
+async def build_worker(
+    settings: Any, functions_dir: Path, *, output: Callable[[str], None] | None = None
+) -> AsyncIterator[Worker]:
+    """Construct every real adapter in startup order; close them in reverse."""
+    clock = SystemClock()
+    paths = settings.paths
+    async with AsyncExitStack() as stack:
+        # 1. The process lock, before anything can disturb a running worker.
+        lock = ProcessLock(paths.run_dir)
+        stack.callback(lock.close)
+        # 2. Redis and the consumer group.
+        redis = await connect_redis(settings.redis.url)
+        stack.push_async_callback(_shielded(redis.aclose))
+        stream = RedisEventStream(
+            redis,
+            stream=settings.redis.stream,
+            group=settings.redis.group,
+            consumer=settings.hostname,
+        )
+        await stream.ensure_group()
+        # 3. Docker, the NETWORKS check, and the orphan sweep.
+        docker = await connect_docker()
+        stack.push_async_callback(_shielded(docker.close))
+        await verify_networks(docker, settings.networks)
+        swept = await sweep_orphans(docker, settings.hostname)
+        log.info("orphan_sweep_done", removed=swept)
+        # 4. Adapters.
+        metrics = Metrics()
+        bus = MessageBus({})
+        runtime = DockerContainerRuntime(
+            docker,
+            hostname=settings.hostname,
+            networks=settings.networks,
+            idle_timeout_s=settings.warm_idle_timeout_ns / 1e9,
+            output=output or _print_line,
+            publish=bus.publish,
+        )
+        builder = InstrumentedImageBuilder(DockerImageBuilder(docker), metrics)
+        slots = Slots(settings.max_concurrency)
+        state_db = open_db(paths.database)
+        stack.callback(state_db.close)
+        stats = StatsRecorder(metrics, SqliteStatsStore(state_db), clock)
+        composition = compose(
+            bus=bus,
+            registry=FunctionRegistry(),
+            source=FsFunctionSource(functions_dir),
+            builder=builder,
+            runtime=runtime,
+            slots=slots,
+            secrets=FileSecretStore(paths.secrets_dir),
+            clock=clock,
+            tokens=RandomTokenSource(),
+            stream=stream,
+            ledger=RedisInvocationLedger(redis),
+            dead_letters=RedisDeadLetterReader(redis, settings.redis.stream),
+            stats=stats,
+            max_event_bytes=settings.max_event_bytes,
+        )
+        subscribe(bus, metrics)
+        metrics.watch_pools(lambda: _pool_snapshots(runtime))
+        state_view = SqliteStateView(paths.database)
+        await state_view.open()
+        stack.push_async_callback(_shielded(state_view.aclose))
+        state_view.subscribe(bus)
+        await stack.enter_async_context(runtime)  # containers are discarded on exit
+
+        buffer = MessageBuffer(settings.max_buffered_events)
+        metrics.watch_worker(
+            in_flight=lambda: slots.in_flight,
+            buffered=lambda: buffer.occupancy,
+            concurrency_waits=lambda: slots.waits_total,
+        )
+
+        async def dispatch(message: Any) -> None:
+            await bus.send(cmd.DispatchMessage(message=message))
+
+        async def on_change(name: str) -> None:
+            await bus.send(cmd.ReconcileFunction(name=name))
+
+        async def on_full_pass() -> None:
+            await bus.send(cmd.ReconcileAll())
+
+        worker = Worker(composition)
+        worker.before_start.append(stats.restore)
+        control = ControlServer(lock, bus.send)
+        worker.loops += [
+            ("control", control.serve),
+            ("stats", stats.run),
+            ("watcher", FunctionsWatcher(functions_dir, on_change, on_full_pass).run),
+            ("consumer", ConsumerLoop(stream, dispatch, buffer).run),
+            ("recovery", RecoveryLoop(stream, dispatch, buffer, publish=bus.publish).run),
+            (
+                "backlog",
+                _bind(
+                    sample_backlog,
+                    redis_backlog_reader(redis, settings.redis.stream, settings.redis.group),
+                    metrics,
+                ),
+            ),
+        ]
+        if settings.metrics_addr is not None:
+            server = MetricsServer(metrics, str(settings.metrics_addr))
+            worker.loops.append(("metrics", server.run))
+        if settings.stream_retention_ns is not None:
+            trimmer = RetentionTrimmer(
+                redis, settings.redis.stream, settings.stream_retention_ns, clock
+            )
+            worker.loops.append(("retention", trimmer.run))
+        yield worker
+
+
+def _pool_snapshots(runtime: DockerContainerRuntime) -> dict[str, PoolSnapshot]:
+    snapshots = {name: runtime.snapshot(name) for name in runtime.functions()}
+    return {name: snap for name, snap in snapshots.items() if snap is not None}
+
+
+def _shielded(close: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_BUDGET_S):
+            await close()
+
+    return run
+
+
+def _bind(loop: Callable[..., Awaitable[None]], *args: Any) -> Loop:
+    async def run(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        await loop(*args, task_status=task_status)
+
+    return run
