@@ -188,3 +188,11 @@ def test_match_missing_path_fails(tmp_path: Path) -> None:
     result = run("function", "match", str(tmp_path / "nope"), "--event", "{}")
     assert result.returncode == 1
     assert result.stderr == f"relay: {tmp_path / 'nope'}: no such file or directory\n"
+
+
+@pytest.mark.parametrize("name", ["abc-", "a..b", "a___b"])
+def test_validate_flags_names_docker_cannot_build(tmp_path: Path, name: str) -> None:
+    function(tmp_path, name, "runtime: node24\n")
+    result = run("function", "validate", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stdout.startswith(f"{name}: function name {name!r} cannot name a Docker image")

@@ -18,6 +18,7 @@ import typer
 from relay.adapters.fs.templates import TEMPLATE_FILE, load_template
 from relay.domain.errors import EventError, TemplateError
 from relay.domain.names import function_name_problem
+from relay.domain.source import FINGERPRINT_HEX_LEN, image_tag
 from relay.domain.template import Template
 from relay.entrypoints.cli.common import EXIT_FAILURE, fail, out
 from relay.entrypoints.cli.event_input import read_event_argument
@@ -69,6 +70,13 @@ def load(name: str, directory: Path) -> Loaded:
     name_problem = function_name_problem(name)
     if name_problem is not None:
         problems.append(f"invalid function name {json.dumps(name)}: {name_problem}")
+    else:
+        # The spec's name rule admits a few names (a trailing '-', '..', '___') that
+        # Docker refuses as an image repository; the image build would fail on them.
+        try:
+            image_tag(name, "0" * FINGERPRINT_HEX_LEN)
+        except ValueError as exc:
+            problems.append(str(exc))
     template: Template | None = None
     try:
         template = load_template(directory / TEMPLATE_FILE)
