@@ -325,6 +325,7 @@ class InMemoryEventStream:
         self.fail_reads = 0
         self.reads = 0
         self._delivered = 0
+        self._order: list[str] = []
         self._seq = itertools.count(1)
 
     @property
@@ -345,6 +346,7 @@ class InMemoryEventStream:
     def add(self, payload: bytes | None) -> str:
         entry_id = f"{self.now_ms()}-{next(self._seq)}"
         self.entries[entry_id] = payload
+        self._order.append(entry_id)
         return entry_id
 
     def delete(self, entry_id: str) -> None:
@@ -365,8 +367,9 @@ class InMemoryEventStream:
     async def read(self, count: int, block_ms: int) -> list[StreamMessage]:
         self.reads += 1
         self._fail()
-        ids = list(self.entries)[self._delivered : self._delivered + count]
-        self._delivered += len(ids)
+        batch = self._order[self._delivered : self._delivered + count]
+        self._delivered += len(batch)
+        ids = [i for i in batch if i in self.entries]
         if not ids:
             await anyio.sleep(min(block_ms / 1000, 0.005))
         for entry_id in ids:

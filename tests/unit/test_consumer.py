@@ -1,0 +1,141 @@
+"""Consumer and recovery loops on fakes: the buffer bound, reclaim, dropped entries, outages."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from relay.application.consumer import ConnectionHealth, ConsumerLoop, MessageBuffer, RecoveryLoop
+from relay.domain import events as ev
+from relay.domain.messages import DomainEvent
+from relay.domain.outcome import StreamMessage
+from tests.fakes import FakeClock, InMemoryEventStream
+
+pytestmark = pytest.mark.anyio
+
+
+class SlowDispatch:
+    """Holds every message until released; records the peak number held."""
+
+    def __init__(self, buffer: MessageBuffer) -> None:
+        self.buffer = buffer
+        self.seen: list[str] = []
+        self.peak = 0
+        self.gate = anyio.Event()
+
+    async def __call__(self, message: StreamMessage) -> None:
+        self.seen.append(message.id)
+        self.peak = max(self.peak, self.buffer.occupancy)
+        await self.gate.wait()
+
+
+async def wait_for(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` with a deadline (the fakes expose plain attributes, no events)."""
+    with anyio.fail_after(5):
+        while not condition():  # noqa: ASYNC110 - polling a fake's plain attribute
+            await anyio.sleep(0.001)
+
+
+async def test_the_buffer_bounds_what_is_read() -> None:
+    clock = FakeClock()
+    stream = InMemoryEventStream(clock)
+    for i in range(10):
+        stream.add(b'{"n": %d}' % i)
+    buffer = MessageBuffer(3)
+    dispatch = SlowDispatch(buffer)
+    loop = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
+    async with anyio.create_task_group() as tg:
+        await tg.start(loop.run)
+        await wait_for(lambda: len(dispatch.seen) == 3)
+        await anyio.sleep(0.02)  # a sustained window: nothing more is read while full
+        assert len(dispatch.seen) == 3
+        assert len(stream.pending) == 3  # the backlog stays in the broker
+        dispatch.gate.set()
+        await wait_for(lambda: len(dispatch.seen) == 10)
+        tg.cancel_scope.cancel()
+    assert dispatch.peak <= 3
+    assert buffer.occupancy == 0
+
+
+async def test_reads_recover_after_an_outage_with_one_line_each_way() -> None:
+    clock = FakeClock()
+    stream = InMemoryEventStream(clock)
+    stream.fail_reads = 3
+    stream.add(b"{}")
+    buffer = MessageBuffer(4)
+    seen: list[str] = []
+
+    async def dispatch(message: StreamMessage) -> None:
+        seen.append(message.id)
+
+    health = ConnectionHealth("consumer", min_s=0.001, max_s=0.002)
+    loop = ConsumerLoop(stream, dispatch, buffer, block_ms=1, health=health)
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            await tg.start(loop.run)
+            await wait_for(lambda: len(seen) == 1)
+            tg.cancel_scope.cancel()
+    names = [entry["event"] for entry in logs]
+    assert names.count("broker_unavailable") == 1
+    assert names.count("broker_recovered") == 1
+    assert health.healthy
+
+
+async def test_recovery_hands_idle_messages_back_and_drops_deleted_ones() -> None:
+    clock = FakeClock()
+    stream = InMemoryEventStream(clock)
+    kept = stream.add(b"{}")
+    gone = stream.add(b"{}")
+    fresh_id = stream.add(b"{}")
+    await stream.read(2, 0)
+    stream.delete(gone)
+    clock.advance(61)
+    await stream.read(1, 0)  # delivered just now: not idle yet
+    buffer = MessageBuffer(8)
+    seen: list[StreamMessage] = []
+    published: list[DomainEvent] = []
+
+    async def dispatch(message: StreamMessage) -> None:
+        seen.append(message)
+
+    async def publish(events: Sequence[DomainEvent]) -> None:
+        published.extend(events)
+
+    loop = RecoveryLoop(stream, dispatch, buffer, publish=publish, interval_s=0.01)
+    async with anyio.create_task_group() as tg:
+        handed = await loop.tick(tg)
+    assert handed == 1
+    assert [(m.id, m.reclaimed, m.deliveries) for m in seen] == [(kept, True, 2)]
+    assert gone not in stream.pending
+    assert stream.dropped == [gone]
+    assert published == [ev.PendingEntryDropped(message_id=gone)]
+    assert fresh_id in stream.pending
+
+
+async def test_recovery_skips_messages_already_held_locally() -> None:
+    clock = FakeClock()
+    stream = InMemoryEventStream(clock)
+    busy = stream.add(b"{}")
+    await stream.read(1, 0)
+    clock.advance(61)
+    buffer = MessageBuffer(4)
+    assert buffer.take(busy)  # still being processed by this worker
+    seen: list[str] = []
+
+    async def dispatch(message: StreamMessage) -> None:
+        seen.append(message.id)
+
+    loop = RecoveryLoop(stream, dispatch, buffer)
+    async with anyio.create_task_group() as tg:
+        assert await loop.tick(tg) == 0
+    assert seen == []
+
+
+def test_backoff_is_jittered_between_one_and_thirty_seconds() -> None:
+    health = ConnectionHealth("x")
+    delays = [health.failed(RuntimeError("down")) for _ in range(12)]
+    assert all(1.0 <= d <= 30.0 for d in delays)
+    assert max(delays[6:]) > 2.0
