@@ -337,3 +337,46 @@ async def test_reconciles_of_one_function_never_overlap(world: World) -> None:
             tg.start_soon(world.send, ReconcileFunction(name="fn"))
     assert overlap == 1
     assert len(world.builder.builds) == 1
+
+
+async def test_a_pending_function_is_announced_once(world: World) -> None:
+    world.write("fn")
+    world.builder.failures["fn"] = "no base image"
+    await world.send(ReconcileAll())
+    await world.send(ReconcileAll())
+    assert len(world.of(FunctionDiscovered)) == 1
+    assert len(world.of(FunctionReconcileFailed)) == 1
+
+
+async def test_a_function_known_only_by_its_failure_is_removed_with_its_folder(
+    world: World,
+) -> None:
+    world.write("fn", template="runtime: python3.14\nevents: nope\n")
+    assert await world.send(ReconcileAll()) == {"fn": FAILED}
+    assert world.registry.get("fn") is None
+    for path in sorted((world.root / "fn").iterdir()):
+        path.unlink()
+    (world.root / "fn").rmdir()
+    assert await world.send(ReconcileAll()) == {"fn": REMOVED}
+    [removed] = world.of(FunctionRemoved)
+    assert removed.name == "fn"
+    assert await world.send(ReconcileAll()) == {}
+
+
+async def test_reverting_a_broken_edit_restores_success_without_a_new_version(
+    world: World,
+) -> None:
+    world.write("fn", code="v1")
+    await world.send(ReconcileFunction(name="fn"))
+    good = world.registry.get("fn")
+    assert good is not None
+    world.write("fn", template="runtime: cobol\n")
+    assert await world.send(ReconcileFunction(name="fn")) == FAILED
+    world.write("fn", code="v1")
+    assert await world.send(ReconcileFunction(name="fn")) == PREPARED
+    again = world.registry.get("fn")
+    assert again is not None
+    assert again.image == good.image
+    assert again.prepared_at == good.prepared_at
+    assert len(world.builder.builds) == 1
+    assert len(world.of(FunctionPrepared)) == 2  # success is recorded again
