@@ -56,8 +56,13 @@ def relay_worker(
     execution container left with the test's hostname label is removed."""
     started: list[RelayWorker] = []
 
-    def make(*, name: str = "w", env: dict[str, str] | None = None, wait: bool = True,
-             functions: Path | None = None) -> RelayWorker:
+    def make(
+        *,
+        name: str = "w",
+        env: dict[str, str] | None = None,
+        wait: bool = True,
+        functions: Path | None = None,
+    ) -> RelayWorker:
         root = tmp_path / f"worker-{name}"
         root.mkdir()
         worker = RelayWorker(root, functions or functions_dir, {**worker_env, **(env or {})})

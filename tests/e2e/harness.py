@@ -26,13 +26,21 @@ FIRST_START_TIMEOUT_S = 240.0  # the first start may build every image from scra
 
 
 def run_relay(
-    args: list[str], env: Mapping[str, str] | None = None, *, stdin: str | None = None,
+    args: list[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    stdin: str | None = None,
     timeout: float = 60.0,
 ) -> subprocess.CompletedProcess[str]:
     """Run one ``relay`` admin command to completion."""
     return subprocess.run(
-        [RELAY, *args], env={**os.environ, **(env or {})}, input=stdin, capture_output=True,
-        text=True, timeout=timeout, check=False,
+        [RELAY, *args],
+        env={**os.environ, **(env or {})},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -74,9 +82,13 @@ class RelayWorker:
 
     def start(self, *, wait: bool = True) -> RelayWorker:
         self.process = subprocess.Popen(
-            [RELAY, "start", "--functions", str(self.functions)], env=self.env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, start_new_session=True,
+            [RELAY, "start", "--functions", str(self.functions)],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
         )
         self._pump_thread = threading.Thread(target=self._pump, daemon=True)
         self._pump_thread.start()
@@ -85,7 +97,8 @@ class RelayWorker:
         return self
 
     def _pump(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
+        assert self.process is not None
+        assert self.process.stdout is not None
         for line in self.process.stdout:
             with self._lock:
                 self.lines.append(line.rstrip("\n"))
@@ -105,8 +118,9 @@ class RelayWorker:
                 return found
             if self.process is not None and self.process.poll() is not None:
                 tail = "\n".join(self.output()[-20:])
-                raise AssertionError(f"relay exited ({self.process.returncode}) before "
-                                     f"{pattern!r}:\n{tail}")
+                raise AssertionError(
+                    f"relay exited ({self.process.returncode}) before {pattern!r}:\n{tail}"
+                )
             return None
 
         try:

@@ -49,7 +49,10 @@ def write_failing_function(functions: Path) -> None:
 
 
 def test_example_event_runs_its_handler_and_is_acknowledged(
-    relay_worker: WorkerFactory, functions_dir: Path, worker_env: dict[str, str], sync_redis: redis.Redis
+    relay_worker: WorkerFactory,
+    functions_dir: Path,
+    worker_env: dict[str, str],
+    sync_redis: redis.Redis,
 ) -> None:
     copy_function(EXAMPLES / "user-events-python", functions_dir)
     worker = relay_worker()
@@ -69,7 +72,10 @@ def test_example_event_runs_its_handler_and_is_acknowledged(
 
 
 def test_failing_handler_leaves_the_message_pending(
-    relay_worker: WorkerFactory, functions_dir: Path, worker_env: dict[str, str], sync_redis: redis.Redis
+    relay_worker: WorkerFactory,
+    functions_dir: Path,
+    worker_env: dict[str, str],
+    sync_redis: redis.Redis,
 ) -> None:
     write_failing_function(functions_dir)
     worker = relay_worker()
@@ -87,7 +93,10 @@ def test_failing_handler_leaves_the_message_pending(
 
 
 def test_shutdown_is_clean_and_leaves_no_container(
-    relay_worker: WorkerFactory, functions_dir: Path, worker_env: dict[str, str], sync_redis: redis.Redis
+    relay_worker: WorkerFactory,
+    functions_dir: Path,
+    worker_env: dict[str, str],
+    sync_redis: redis.Redis,
 ) -> None:
     copy_function(EXAMPLES / "user-events-python", functions_dir)
     worker = relay_worker()
@@ -101,8 +110,11 @@ def test_shutdown_is_clean_and_leaves_no_container(
     assert worker.stop() == 0
 
     worker.wait_for(r"msg=relay_stopped", timeout=5)
-    wait_until(lambda: not engine.containers.list(all=True, filters={"label": label}), 30,
-               "the worker's containers to be gone")
+    wait_until(
+        lambda: not engine.containers.list(all=True, filters={"label": label}),
+        30,
+        "the worker's containers to be gone",
+    )
     assert not (worker.run_dir / "relay.sock").exists()
 
 
@@ -118,14 +130,22 @@ def test_help_lists_the_whole_command_tree() -> None:
 
 @pytest.mark.parametrize(
     ("var", "value"),
-    [("MAX_CONCURRENCY", "0"), ("LOG_LEVEL", "WARNING"), ("WARM_CONTAINER_IDLE_TIMEOUT", "300"),
-     ("REDIS_URI", "")],
+    [
+        ("MAX_CONCURRENCY", "0"),
+        ("LOG_LEVEL", "WARNING"),
+        ("WARM_CONTAINER_IDLE_TIMEOUT", "300"),
+        ("REDIS_URI", ""),
+    ],
 )
 def test_invalid_configuration_stops_start_with_one_line(
     tmp_path: Path, worker_env: dict[str, str], var: str, value: str
 ) -> None:
-    env = {**worker_env, "RELAY_STATE_DIR": str(tmp_path / "s"),
-           "RELAY_RUN_DIR": str(tmp_path / "r"), var: value}
+    env = {
+        **worker_env,
+        "RELAY_STATE_DIR": str(tmp_path / "s"),
+        "RELAY_RUN_DIR": str(tmp_path / "r"),
+        var: value,
+    }
     result = run_relay(["start", "--functions", str(tmp_path)], env)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
