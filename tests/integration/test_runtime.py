@@ -412,3 +412,12 @@ async def test_a_container_that_died_while_idle_is_replaced_without_failing_the_
         snap = runtime.snapshot(FN)
         assert snap is not None
         assert snap.cold_starts == 2
+
+
+async def test_an_endless_line_is_cut_into_bounded_pieces(image: str, unique: str) -> None:
+    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+        runtime.activate(FN, image, PY, 1)
+        assert_ok(await runtime.invoke(request(FN, "probe.long_line")))
+        texts = [line.split('": ', 1)[1] for line in captured.lines]
+        assert sum(text.count("y") for text in texts) == 200_000
+        assert max(len(line) for line in captured.lines) < 70 * 1024

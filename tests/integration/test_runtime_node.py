@@ -123,3 +123,12 @@ async def test_hung_orphan_stops_itself_after_timeout_plus_grace(image: str, uni
 
 async def _none_left(docker: Any, hostname: str) -> bool:
     return not await worker_containers(docker, hostname)
+
+
+async def test_partial_and_endless_lines_do_not_break_the_answer(image: str, unique: str) -> None:
+    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+        runtime.activate(FN, image, NODE, 1)
+        assert_ok(await runtime.invoke(request(FN, "probe.partialStdout")))
+        assert any(line.endswith("no newline here") for line in captured.lines)
+        assert sum(line.count("x") for line in captured.lines) == 200000
+        assert max(len(line) for line in captured.lines) < 70 * 1024

@@ -38,6 +38,7 @@ GRACE_S: Final = 2.0
 # How long to wait, after the answer, for the last of the handler's output.
 OUTPUT_DRAIN_S: Final = 1.0
 CLEANUP_BUDGET_S: Final = 15.0
+MAX_LINE_BYTES: Final = 64 * 1024
 PER_INVOCATION_LABELS: Final = (
     "relay.handler",
     "relay.message_id",
@@ -128,6 +129,12 @@ def _line_text(raw: bytes) -> str:
     return raw.rstrip(b"\r").decode("utf-8", errors="replace")
 
 
+def _emit(output: Callable[[str], None], prefix: str, raw: bytes) -> None:
+    """One output line, cut into pieces of at most ``MAX_LINE_BYTES``."""
+    for start in range(0, max(len(raw), 1), MAX_LINE_BYTES):
+        output(prefix + _line_text(raw[start : start + MAX_LINE_BYTES]))
+
+
 @dataclass(eq=False)
 class ExecutionContainer:
     """A started container with Relay attached; serves one request at a time."""
@@ -207,16 +214,15 @@ class ExecutionContainer:
         self, data: bytes, nonce: str, output: Callable[[str], None]
     ) -> dict[str, Any] | None:
         self._frames += data
+        lines, self._frames = _split_lines(self._frames, keep=0)
         answer = None
-        while b"\n" in self._frames:
-            raw, _, rest = bytes(self._frames).partition(b"\n")
-            self._frames = bytearray(rest)
+        for raw in lines:
             parsed = _parse_frame(raw)
             if parsed is not None and parsed.get("id") == nonce:
                 answer = parsed
             elif raw.strip():
                 # not ours (a stray write to fd 1): it is output, never a result
-                output(self._prefix + _line_text(raw))
+                _emit(output, self._prefix, raw)
         return answer
 
     def _take_output(self, data: bytes, marker: bytes, output: Callable[[str], None]) -> bool:
@@ -230,20 +236,19 @@ class ExecutionContainer:
             if lines[-1] == b"":
                 lines.pop()  # the output ended with a newline: no partial line
             for raw in lines:
-                output(self._prefix + _line_text(raw))
+                _emit(output, self._prefix, raw)
             self._output = bytearray(after)
             ended = True
-        while b"\n" in self._output:
-            raw, _, rest = bytes(self._output).partition(b"\n")
-            self._output = bytearray(rest)
-            output(self._prefix + _line_text(raw))
+        lines, self._output = _split_lines(self._output, keep=len(marker))
+        for raw in lines:
+            _emit(output, self._prefix, raw)
         return ended
 
     def _flush_partial(self, output: Callable[[str], None]) -> None:
         for buffer in (self._frames, self._output):
             if buffer.strip():
                 for raw in bytes(buffer).rstrip(b"\n").split(b"\n"):
-                    output(self._prefix + _line_text(raw))
+                    _emit(output, self._prefix, raw)
             buffer.clear()
 
     def exited(self) -> bool:
@@ -275,6 +280,19 @@ async def remove_container(container: Any) -> None:
         except aiodocker.DockerError as exc:
             if exc.status not in (404, 409):
                 log.warning("container_remove_failed", container=container.id, error=str(exc))
+
+
+def _split_lines(buffer: bytearray, keep: int) -> tuple[list[bytes], bytearray]:
+    """Complete lines, and the unfinished rest. A rest longer than
+    ``MAX_LINE_BYTES`` is cut into a line of its own (keeping the last ``keep``
+    bytes, where a marker may be starting), so one endless line cannot grow
+    Relay's memory."""
+    *lines, rest = bytes(buffer).split(b"\n")
+    if len(rest) > MAX_LINE_BYTES:
+        cut = len(rest) - keep
+        lines.append(rest[:cut])
+        rest = rest[cut:]
+    return lines, bytearray(rest)
 
 
 def _parse_frame(raw: bytes) -> dict[str, Any] | None:

@@ -25,8 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from relay.adapters.docker.runtimes import APP_DIR, DependencyPlan, FunctionPlan, Runtime
 
 TEMPLATE_FILE = "template.yaml"
-_APP_CONTEXT = "app"
-_BOOTSTRAP_CONTEXT = "bootstrap"
+_ROOT_CONTEXT = "root"
 
 
 def _run(script: str) -> str:
@@ -35,12 +34,21 @@ def _run(script: str) -> str:
 
 
 def _env(env: Mapping[str, str]) -> list[str]:
-    return [f"ENV {key}={json.dumps(value)}" for key, value in sorted(env.items())]
+    if not env:
+        return []
+    return ["ENV " + " ".join(f"{key}={json.dumps(value)}" for key, value in sorted(env.items()))]
 
 
 def render_dependency_dockerfile(runtime: Runtime, plan: DependencyPlan) -> str:
-    """The dependency image's Dockerfile (its context holds the manifests)."""
-    lines = [f"FROM {runtime.base_image}", *runtime.dependency_preamble, f"WORKDIR {APP_DIR}"]
+    """The dependency image's Dockerfile (its context holds the manifests). The
+    runtime's environment and working directory live here, so the function
+    image on top is as few build steps as possible."""
+    lines = [
+        f"FROM {runtime.base_image}",
+        *runtime.dependency_preamble,
+        *_env(runtime.env),
+        f"WORKDIR {APP_DIR}",
+    ]
     if plan.install is not None:
         names = " ".join(name for name, _ in plan.manifests)
         lines.append(f"COPY {names} {plan.workdir}/")
@@ -49,21 +57,13 @@ def render_dependency_dockerfile(runtime: Runtime, plan: DependencyPlan) -> str:
 
 
 def render_function_dockerfile(
-    runtime: Runtime,
-    dependency_image: str,
-    plan: FunctionPlan,
-    bootstrap_path: str,
-    command: Sequence[str],
+    dependency_image: str, plan: FunctionPlan, command: Sequence[str]
 ) -> str:
-    """The function image's Dockerfile (its context holds ``app/`` and the bootstrap)."""
-    bootstrap_dir = bootstrap_path.rsplit("/", 1)[0] or "/"
-    lines = [
-        f"FROM {dependency_image}",
-        *_env(runtime.env),
-        f"WORKDIR {APP_DIR}",
-        f"COPY {_APP_CONTEXT}/ {APP_DIR}/",
-        f"COPY {_BOOTSTRAP_CONTEXT}/ {bootstrap_dir}/",
-    ]
+    """The function image's Dockerfile: one COPY puts the source at ``/app`` and
+    the bootstrap in place (its context mirrors the image's root under
+    ``root/``), then the runtime's build step, if any, and the bootstrap command.
+    The working directory (``/app``) is inherited from the dependency image."""
+    lines = [f"FROM {dependency_image}", f"COPY {_ROOT_CONTEXT}/ /"]
     if plan.build is not None:
         lines.append(_run(plan.build))
     lines.append("CMD " + json.dumps(list(command)))
@@ -91,14 +91,15 @@ def dependency_context(dockerfile: str, plan: DependencyPlan) -> bytes:
 def function_context(
     dockerfile: str, files: Mapping[str, bytes], bootstrap_path: str, bootstrap: bytes
 ) -> bytes:
-    """The tar build context of a function image."""
-    name = bootstrap_path.rsplit("/", 1)[-1]
+    """The tar build context of a function image: the Dockerfile, and under
+    ``root/`` the source at ``app/`` and the bootstrap at its image path."""
+    app = f"{_ROOT_CONTEXT}{APP_DIR}"
     entries = [
         ("Dockerfile", dockerfile.encode()),
-        (f"{_BOOTSTRAP_CONTEXT}/{name}", bootstrap),
-        *((f"{_APP_CONTEXT}/{path}", data) for path, data in sorted(files.items())),
+        (f"{_ROOT_CONTEXT}/{bootstrap_path.lstrip('/')}", bootstrap),
+        *((f"{app}/{path}", data) for path, data in sorted(files.items())),
     ]
-    return _tar(entries, directories=(_APP_CONTEXT, _BOOTSTRAP_CONTEXT))
+    return _tar(entries, directories=(_ROOT_CONTEXT, app))
 
 
 def _tar(entries: Iterable[tuple[str, bytes]], directories: Iterable[str] = ()) -> bytes:

@@ -140,7 +140,7 @@ class DockerImageBuilder:
         dep_tag, dep_dockerfile = await self._dependency_recipe(runtime, dep_plan)
         boot_path, boot_bytes = bootstrap_source(runtime.name)
         dockerfile = render_function_dockerfile(
-            runtime, dep_tag, fn_plan, boot_path, bootstrap_command(runtime.name)
+            dep_tag, fn_plan, bootstrap_command(runtime.name)
         )
         recipe = fingerprint([("Dockerfile", dockerfile.encode()), (boot_path, boot_bytes)])
         labels = {

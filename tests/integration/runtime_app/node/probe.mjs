@@ -44,3 +44,8 @@ export function hang() {
   const until = Date.now() + 60000;
   while (Date.now() < until) { /* block the event loop */ }
 }
+
+export function partialStdout() {
+  fs.writeSync(1, 'no newline here');
+  process.stderr.write('x'.repeat(200000));
+}

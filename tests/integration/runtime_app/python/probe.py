@@ -109,3 +109,7 @@ def digest(event: dict[str, Any]) -> None:
 def set_env(event: dict[str, Any]) -> None:
     os.environ["LEAKED_BY_HANDLER"] = "1"
     print("ENV " + json.dumps({k: os.environ.get(k) for k in event["show"]}))
+
+
+def long_line(event: dict[str, Any]) -> None:
+    sys.stdout.write("y" * 200_000)

@@ -6,7 +6,9 @@ Protocol (version ``BOOTSTRAP_VERSION``), one request at a time:
   ``{"id": nonce, "handler": ..., "env": {...}, "event": "<event JSON text>",
   "timeout_s": float}``.
 * The bootstrap answers with one JSON line on its private copy of stdout:
-  ``{"id": nonce, "ok": bool, "error": str}``. Before that it writes the end
+  ``{"id": nonce, "ok": bool, "error": str}`` (preceded by a newline, which
+  ends any partial line a handler left there). Only a line carrying the
+  request's nonce is an answer; anything else on stdout is output. Before that it writes the end
   marker ``\\x1erelay-end:<nonce>\\n`` on stderr, so Relay knows all the
   handler's output has been forwarded.
 * The handler's stdout and stderr both go to the container's stderr stream;
@@ -22,7 +24,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Final
 
-BOOTSTRAP_VERSION: Final = "1"
+BOOTSTRAP_VERSION: Final = "2"
 
 _FILES: Final = {
     "python3.14": ("python_bootstrap.py", "/relay/bootstrap.py", ["python", "-u"]),

@@ -79,7 +79,7 @@ async function serveOne(line) {
     request = JSON.parse(line);
     if (typeof request.id !== 'string' || typeof request.handler !== 'string') throw new Error('missing id or handler');
   } catch (err) {
-    writeAll(frameFd, JSON.stringify({ id: null, ok: false, error: `bad request: ${describe(err)}` }) + '\n');
+    writeAll(frameFd, '\n' + JSON.stringify({ id: null, ok: false, error: `bad request: ${describe(err)}` }) + '\n');
     return;
   }
   const env = { ...(request.env || {}), RELAY_HANDLER: request.handler };
@@ -109,8 +109,11 @@ async function serveOne(line) {
       else process.env[key] = old;
     }
   }
-  writeAll(2, `${END_MARKER}${request.id}\n`);
-  writeAll(frameFd, JSON.stringify({ id: request.id, ok, error }) + '\n');
+  // through the stderr stream, after everything queued on it: a big write to a
+  // pipe can still be pending, and the marker must come after it
+  await new Promise((resolve) => process.stderr.write(`${END_MARKER}${request.id}\n`, resolve));
+  // the leading newline ends any partial line a handler left on fd 1
+  writeAll(frameFd, '\n' + JSON.stringify({ id: request.id, ok, error }) + '\n');
 }
 
 process.on('unhandledRejection', (reason) => {

@@ -82,7 +82,7 @@ def _serve_one(line: bytes, frames_fd: int) -> None:
         event_text = request["event"]
     except Exception as exc:  # noqa: BLE001 - any malformed request is a protocol error
         frame = {"id": None, "ok": False, "error": f"bad request: {_describe(exc)}"}
-        _write_all(frames_fd, (json.dumps(frame) + "\n").encode())
+        _write_all(frames_fd, ("\n" + json.dumps(frame) + "\n").encode())
         return
     env["RELAY_HANDLER"] = handler
     saved: dict[str, object] = {key: os.environ.get(key, _MISSING) for key in env}
@@ -108,7 +108,8 @@ def _serve_one(line: bytes, frames_fd: int) -> None:
                 os.environ[key] = str(old)
     _flush_std()
     _write_all(2, (END_MARKER + nonce + "\n").encode())
-    _write_all(frames_fd, (json.dumps({"id": nonce, "ok": ok, "error": error}) + "\n").encode())
+    answer = json.dumps({"id": nonce, "ok": ok, "error": error})
+    _write_all(frames_fd, ("\n" + answer + "\n").encode())
 
 
 def main() -> None:
