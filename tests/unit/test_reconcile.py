@@ -380,3 +380,14 @@ async def test_reverting_a_broken_edit_restores_success_without_a_new_version(
     assert again.prepared_at == good.prepared_at
     assert len(world.builder.builds) == 1
     assert len(world.of(FunctionPrepared)) == 2  # success is recorded again
+
+
+async def test_images_of_a_function_deleted_while_down_are_retired_at_the_first_pass(
+    world: World,
+) -> None:
+    world.builder.images["gone"] = {"relay-fn-gone:0000000000000000"}
+    world.write("kept")
+    world.reconciler.add_leftovers(["gone", "kept"])
+    await world.send(ReconcileAll())
+    assert world.builder.removed_images == ["relay-fn-gone:0000000000000000"]
+    assert ("kept", (world.runtime.active["kept"][0],)) in world.builder.retired

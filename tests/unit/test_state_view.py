@@ -203,7 +203,7 @@ async def test_start_clears_rows_of_the_previous_process(tmp_path: Path) -> None
     await first.on_prepared(prepared("gone"))
     await first.aclose()
     second = SqliteStateView(path)
-    await second.open()
+    assert await second.open() == ["gone"]
     db = open_db(path)
     assert db.rows("functions") == []
     db.close()

@@ -134,6 +134,7 @@ class Reconciler:
         self._failures: dict[str, str] = {}  # last recorded failure, per function
         self._skipped: dict[str, str] = {}  # invalid names already reported
         self._retire: dict[str, int] = {}  # functions to retire again: name -> passes left
+        self._leftovers: set[str] = set()  # functions of a previous process, maybe deleted
 
     def handlers(self) -> Mapping[type[Command], Handler]:
         """This use case's rows of the bus's handler table."""
@@ -175,6 +176,9 @@ class Reconciler:
                 tg.start_soon(run, name, _bind(self.remove, name))
             for name in list(self._retire):
                 tg.start_soon(self._retry_retire, name)
+            for name in self._leftovers - present - set(self.registry.current().functions):
+                tg.start_soon(self._retire_leftover, name)
+        self._leftovers.clear()
         return results
 
     async def reconcile_function(self, name: str) -> str:
@@ -368,6 +372,18 @@ class Reconciler:
             self._retire[name] = passes
         else:
             self._retire.pop(name, None)
+
+    def add_leftovers(self, names: Iterable[str]) -> None:
+        """Functions a previous process served (from the state view). Those whose
+        folder is gone by the next full pass get their images retired then: they
+        were deleted while Relay was down, so no removal ever ran for them."""
+        self._leftovers.update(names)
+
+    async def _retire_leftover(self, name: str) -> None:
+        if function_name_problem(name) is None:
+            async with self._lock(name):
+                _log.info("function_leftover_retired", function=name)
+                await self._retire_images(name)
 
     async def _retry_retire(self, name: str) -> None:
         async with self._lock(name):

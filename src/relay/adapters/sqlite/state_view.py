@@ -81,11 +81,12 @@ class SqliteStateView:
         bus.subscribe(FunctionReconcileFailed, self.on_failed)
         bus.subscribe(FunctionRemoved, self.on_removed)
 
-    async def open(self) -> None:
+    async def open(self) -> list[str]:
         """Open the database and clear the previous process's rows: the startup
         reconcile rebuilds them, so a function deleted while Relay was down does
-        not linger."""
-        await anyio.to_thread.run_sync(self._open_and_clear)
+        not linger. Returns the names those rows had (for the reconciler's
+        startup cleanup of images left by functions deleted meanwhile)."""
+        return await anyio.to_thread.run_sync(self._open_and_clear)
 
     async def aclose(self) -> None:
         db, self._db = self._db, None
@@ -181,15 +182,18 @@ class SqliteStateView:
         self._db = db
         _log.info("state_db_opened", path=str(self.path), functions=len(self._rows))
 
-    def _open_and_clear(self) -> None:
+    def _open_and_clear(self) -> list[str]:
         try:
             self._reopen()
             assert self._db is not None
+            previous = [name for name, _data, _at in self._db.rows(TABLE)]
             with self._db.transaction() as conn:
                 conn.execute(f"DELETE FROM {TABLE}")  # noqa: S608 - fixed table name
         except (sqlite3.Error, OSError) as exc:
             _log.warning("state_db_unavailable", path=str(self.path), error=str(exc))
             self._db = None
+            return []
+        return previous
 
 
 def _last_reconcile(row: dict[str, Any]) -> dict[str, Any]:
