@@ -1,0 +1,367 @@
+"""Shared pieces of the stream benchmarks: a throwaway Redis, a throwaway
+``relay start`` worker, command-count deltas and XADD->XACK latency via MONITOR.
+
+Not a test helper: benchmarks print figures and ratios measured side by side in
+one run; nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import redis as redis_sync
+from redis.asyncio import Redis
+
+ROOT = Path(__file__).resolve().parents[1]
+REDIS_IMAGE = "relay-testbed/redis:7"
+RELAY = str(Path(sys.executable).parent / "relay")
+
+# Commands the benchmark itself sends; never counted as the consumer's work.
+BENCH_COMMANDS = frozenset(
+    {
+        "xadd",
+        "info",
+        "xinfo",
+        "xinfo|groups",
+        "client",
+        "ping",
+        "monitor",
+        "config|resetstat",
+        "xlen",
+        "xgroup|create",
+        "hello",
+        "client|setinfo",
+        "select",
+        "del",
+    }
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def throwaway_redis(url: str | None = None) -> Iterator[str]:
+    """Yield a Redis URL: ``url`` as given, else a container of the test-bed Redis
+    image (label relay.test=true, removed afterwards), else a local redis-server."""
+    if url:
+        yield url
+        return
+    name = f"relay-bench-redis-{secrets.token_hex(4)}"
+    have_image = (
+        subprocess.run(
+            ["docker", "image", "inspect", REDIS_IMAGE], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
+    if have_image:
+        # No published port: the host reaches the container on its bridge address,
+        # which avoids docker-proxy's extra hop on every command.
+        subprocess.run(
+            [
+                "docker",
+                "run",
+                "-d",
+                "--rm",
+                "--name",
+                name,
+                "--label",
+                "relay.test=true",
+                REDIS_IMAGE,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            address = subprocess.run(
+                ["docker", "inspect", "-f", "{{.NetworkSettings.IPAddress}}", name],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            wait_for_redis(address, 6379)
+            yield f"redis://{address}:6379/0"
+        finally:
+            subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+        return
+    port = free_port()
+    server = shutil.which("redis-server")
+    if server is None:
+        raise SystemExit(f"bench: neither the image {REDIS_IMAGE} nor redis-server is available")
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_redis("127.0.0.1", port)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def wait_for_redis(host: str, port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        client = redis_sync.Redis(host=host, port=port, socket_timeout=1)
+        try:
+            if client.ping():
+                return
+        except redis_sync.exceptions.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+        finally:
+            client.close()
+
+
+async def command_counts(client: Redis) -> dict[str, int]:
+    """``INFO commandstats`` as ``{command: calls}`` (commands run inside Lua included)."""
+    info: dict[str, Any] = await client.info("commandstats")
+    counts = {}
+    for key, value in info.items():
+        name = key.removeprefix("cmdstat_")
+        counts[name] = int(value["calls"]) if isinstance(value, dict) else 0
+    return counts
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {
+        name: after[name] - before.get(name, 0)
+        for name in after
+        if after[name] - before.get(name, 0) and name not in BENCH_COMMANDS
+    }
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def acked_everything(client: Redis, stream: str, group: str, last_id: str) -> bool:
+    """True once ``group`` has delivered ``last_id`` and nothing is pending."""
+    for info in await client.xinfo_groups(stream):
+        if info["name"] == group:
+            return bool(info["last-delivered-id"] == last_id and int(info["pending"]) == 0)
+    return False
+
+
+async def wait_acked(
+    client: Redis, stream: str, group: str, last_id: str, limit_s: float, alive: Any = None
+) -> float:
+    """Poll until everything up to ``last_id`` is acknowledged; the monotonic time then."""
+    deadline = time.monotonic() + limit_s
+    while not await acked_everything(client, stream, group, last_id):
+        if alive is not None and not alive():
+            raise SystemExit("bench: the relay worker exited; see its log above")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: not everything acknowledged within {limit_s:.0f}s")
+        await anyio.sleep(0.005)
+    return time.monotonic()
+
+
+async def add_burst(client: Redis, stream: str, count: int, *, first_seq: int = 0) -> str:
+    """XADD ``count`` events, pipelined in chunks; returns the last id."""
+    last = ""
+    for start in range(0, count, 500):
+        pipe = client.pipeline(transaction=False)
+        for seq in range(start, min(count, start + 500)):
+            pipe.xadd(stream, {"seq": str(first_seq + seq), "event": '{"kind":"bench"}'})
+        ids = await pipe.execute()
+        last = ids[-1]
+    return last
+
+
+@dataclass
+class LatencyRun:
+    latencies_ms: list[float] = field(default_factory=list)
+    round_trips: int = 0
+    commands_in_scripts: int = 0
+    events: int = 0
+
+
+async def paced_latency(
+    url: str, stream: str, group: str, rate: float, count: int, limit_s: float = 120.0
+) -> LatencyRun:
+    """XADD ``count`` events at ``rate``/s while MONITOR records server-side times of
+    each XADD and of the XACK of its id; counts the consumer's top-level commands."""
+    producer = Redis.from_url(url, decode_responses=True)
+    monitor_client = Redis.from_url(url, decode_responses=True)
+    added: dict[str, float] = {}  # seq -> server time of XADD
+    acked: dict[str, float] = {}  # id -> server time of XACK
+    ids: dict[str, str] = {}  # seq -> id
+    run = LatencyRun(events=count)
+    done = anyio.Event()
+
+    async def watch() -> None:
+        async with monitor_client.monitor() as monitor:
+            while not done.is_set():
+                info = await monitor.next_command()
+                tokens = info["command"].split(" ")
+                name = tokens[0].lower()
+                if info["client_type"] == "lua":
+                    run.commands_in_scripts += 1
+                elif name not in BENCH_COMMANDS:
+                    run.round_trips += 1
+                if name == "xadd" and "seq" in tokens:
+                    added[tokens[tokens.index("seq") + 1]] = info["time"]
+                elif name == "xack":
+                    for entry_id in tokens[3:]:
+                        acked[entry_id] = info["time"]
+                if len(acked) >= count and all(i in acked for i in ids.values()):
+                    done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        await anyio.sleep(0.2)  # MONITOR is attached
+        start = time.monotonic()
+        for seq in range(count):
+            due = start + seq / rate
+            now = time.monotonic()
+            if due > now:
+                await anyio.sleep(due - now)
+            ids[str(seq)] = await producer.xadd(
+                stream, {"seq": str(seq), "event": '{"kind":"bench"}'}
+            )
+        with anyio.move_on_after(limit_s):
+            await done.wait()
+        tg.cancel_scope.cancel()
+    await producer.aclose()
+    await monitor_client.aclose()
+    for seq, entry_id in ids.items():
+        if seq in added and entry_id in acked:
+            run.latencies_ms.append((acked[entry_id] - added[seq]) * 1000)
+    return run
+
+
+# --- a real `relay start` worker ------------------------------------------------------
+
+NOOP_TEMPLATE = """runtime: python3.14
+concurrency: {concurrency}
+events:
+  - handler: noop.handler
+    pattern:
+      kind: [bench]
+"""
+NOOP_HANDLER = "def handler(event):\n    return None\n"
+
+
+@dataclass
+class Worker:
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup at all, like a crashed host."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 40.0) -> None:
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def write_function(root: Path, name: str, template: str, files: dict[str, str]) -> Path:
+    directory = root / name
+    directory.mkdir(parents=True)
+    (directory / "template.yaml").write_text(template)
+    for rel, text in files.items():
+        (directory / rel).write_text(text)
+    return root
+
+
+def start_worker(
+    *,
+    url: str,
+    stream: str,
+    group: str,
+    functions: Path,
+    workdir: Path,
+    name: str,
+    extra_env: dict[str, str] | None = None,
+) -> Worker:
+    """``relay start --functions DIR`` with its own state and run directories."""
+    state, run = workdir / f"{name}-state", workdir / f"{name}-run"
+    state.mkdir(exist_ok=True)
+    run.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "RELAY_"))}
+    env |= {
+        "REDIS_URI": url,
+        "REDIS_STREAM": stream,
+        "REDIS_GROUP": group,
+        "RELAY_STATE_DIR": str(state),
+        "RELAY_RUN_DIR": str(run),
+        "LOG_LEVEL": "WARN",
+        "RELAY_HOSTNAME": name,
+    }
+    env |= extra_env or {}
+    log_path = workdir / f"{name}.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [RELAY, "start", "--functions", str(functions)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return Worker(proc, log_path)
+
+
+def remove_function_images(function: str) -> None:
+    """Images Relay built for this benchmark's uniquely named function."""
+    listed = subprocess.run(
+        [
+            "docker",
+            "images",
+            "--format",
+            "{{.Repository}}:{{.Tag}}",
+            "--filter",
+            f"reference=relay-fn-{function}*",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for image in listed.stdout.split():
+        subprocess.run(["docker", "rmi", "-f", image], capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def workdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="relay-bench-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,247 @@
+"""End-to-end throughput of Relay next to a raw XREADGROUP/XACK loop, in one run.
+
+    .venv/bin/python bench/throughput.py [--events 20000] [--latency-events 2000]
+                                         [--redis-url URL] [--skip-relay]
+
+Against one throwaway Redis (a container of relay-testbed/redis:7, else a local
+redis-server; removed afterwards) it measures:
+
+(a) the baselines, no Relay at all: one consumer process doing XREADGROUP
+    (COUNT 16) then one XACK per message, and the same with one XACK per batch;
+(b) Relay end to end: the real ``relay start`` with a no-op Python handler and
+    MAX_CONCURRENCY=4 (so four warm containers), after a warm-up.
+
+For both: events/s from the first XADD of a burst of N until everything is
+acknowledged; Redis commands per handled event from ``INFO commandstats`` deltas
+(commands run inside Lua scripts included, the benchmark's own XADD/INFO/XINFO
+excluded); then, at half that rate, p50/p99 from XADD to XACK and the top-level
+commands per event (round trips, pipelined commands counted one each), both from
+MONITOR's server-side timestamps. Targets for (b) on the 2-core machine: >= 3,000
+events/s, <= 3 round trips per event, p99 < 5 ms. Figures vary per machine:
+read the ratio to (a).
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import redis as redis_sync
+from redis.asyncio import Redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _redisbench import (
+    NOOP_HANDLER,
+    NOOP_TEMPLATE,
+    LatencyRun,
+    Worker,
+    add_burst,
+    command_counts,
+    delta,
+    paced_latency,
+    percentile,
+    remove_function_images,
+    start_worker,
+    throwaway_redis,
+    wait_acked,
+    workdir,
+    write_function,
+)
+
+BATCH = 16
+
+
+@dataclass
+class Result:
+    label: str
+    events: int
+    seconds: float
+    commands: dict[str, int]
+    latency: LatencyRun | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds
+
+    @property
+    def commands_per_event(self) -> float:
+        return sum(self.commands.values()) / self.events
+
+
+# --- (a) the raw loop ------------------------------------------------------------------
+
+
+def raw_consumer(url: str, stream: str, group: str, mode: str) -> None:
+    """The baseline consumer, run in its own process (as Relay is): XREADGROUP a
+    batch, then one XACK per message (``each``) or one for the batch (``batch``)."""
+    client = redis_sync.Redis.from_url(url, decode_responses=True)
+    while True:
+        reply: Any = client.xreadgroup(group, "raw", {stream: ">"}, count=BATCH, block=1000)
+        for _, entries in reply or []:
+            ids = [entry_id for entry_id, _fields in entries]
+            if mode == "batch":
+                client.xack(stream, group, *ids)
+            else:
+                for entry_id in ids:
+                    client.xack(stream, group, entry_id)
+
+
+async def raw_phase(url: str, events: int, latency_events: int, mode: str) -> Result:
+    stream, group = f"bench-raw-{secrets.token_hex(4)}", "raw"
+    client = Redis.from_url(url, decode_responses=True)
+    await client.xgroup_create(stream, group, id="0", mkstream=True)
+    consumer = await anyio.open_process(
+        [sys.executable, __file__, "--raw-consumer", url, stream, group, mode],
+        stdout=None,
+        stderr=None,
+    )
+    label = "raw, XACK per event" if mode == "each" else "raw, XACK per batch"
+    try:
+        before = await command_counts(client)
+        started = time.monotonic()
+        last = await add_burst(client, stream, events)
+        finished = await wait_acked(client, stream, group, last, 600)
+        after = await command_counts(client)
+        result = Result(label, events, finished - started, delta(before, after))
+        result.latency = await paced_latency(
+            url, stream, group, rate=result.rate / 2, count=latency_events
+        )
+    finally:
+        consumer.kill()
+        await consumer.wait()
+        await client.delete(stream)
+        await client.aclose()
+    return result
+
+
+# --- (b) Relay end to end ---------------------------------------------------------------
+
+
+async def relay_phase(url: str, events: int, latency_events: int, build_timeout: float) -> Result:
+    suffix = secrets.token_hex(3)
+    function = f"bench-noop-{suffix}"
+    stream, group = f"bench-relay-{suffix}", "relay-bench"
+    client = Redis.from_url(url, decode_responses=True)
+    with workdir() as root:
+        functions = write_function(
+            root / "functions",
+            function,
+            NOOP_TEMPLATE.format(concurrency=4),
+            {"noop.py": NOOP_HANDLER},
+        )
+        worker = start_worker(
+            url=url,
+            stream=stream,
+            group=group,
+            functions=functions,
+            workdir=root,
+            name="bench-worker",
+            extra_env={"MAX_CONCURRENCY": "4"},
+        )
+        try:
+            print(f"relay: starting the worker and building {function} (first build is slow)")
+            await warm_up(client, stream, group, worker, build_timeout)
+            before = await command_counts(client)
+            started = time.monotonic()
+            last = await add_burst(client, stream, events, first_seq=1_000_000)
+            finished = await wait_acked(client, stream, group, last, 600, worker.alive)
+            after = await command_counts(client)
+            result = Result("relay end to end", events, finished - started, delta(before, after))
+            result.latency = await paced_latency(
+                url, stream, group, rate=result.rate / 2, count=latency_events
+            )
+        except BaseException:
+            print("--- worker log (tail) ---")
+            print(worker.log_tail())
+            raise
+        finally:
+            worker.stop()
+            remove_function_images(function)
+            await client.delete(stream, f"relay:{stream}:dlq")
+            await client.aclose()
+    return result
+
+
+async def warm_up(client: Redis, stream: str, group: str, worker: Worker, limit_s: float) -> None:
+    """Send small bursts until one is fully acknowledged (the image is built and
+    four containers are warm), then a larger one so every container has served."""
+    alive = worker.alive
+    deadline = time.monotonic() + limit_s
+    while True:
+        if not alive():
+            raise SystemExit("bench: the relay worker exited during start-up")
+        try:
+            last = await add_burst(client, stream, 8, first_seq=0)
+            await wait_acked(client, stream, group, last, 15, alive=alive)
+            break
+        except SystemExit:
+            if time.monotonic() > deadline:
+                raise
+    last = await add_burst(client, stream, 400, first_seq=0)
+    await wait_acked(client, stream, group, last, 120, alive=alive)
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def report(results: list[Result]) -> None:
+    base = results[0]
+    print()
+    header = f"{'':22} {'events/s':>9} {'x raw':>6} {'cmds/ev':>8} {'rt/ev':>6} "
+    header += f"{'p50 ms':>7} {'p99 ms':>7} {'at ev/s':>8}"
+    print(header)
+    for r in results:
+        lat = r.latency
+        p50 = percentile(lat.latencies_ms, 0.5) if lat and lat.latencies_ms else float("nan")
+        p99 = percentile(lat.latencies_ms, 0.99) if lat and lat.latencies_ms else float("nan")
+        rt = lat.round_trips / lat.events if lat and lat.events else float("nan")
+        print(
+            f"{r.label:22} {r.rate:9.0f} {r.rate / base.rate:6.2f} {r.commands_per_event:8.2f} "
+            f"{rt:6.2f} {p50:7.2f} {p99:7.2f} {r.rate / 2:8.0f}"
+        )
+    print()
+    print("cmds/ev: INFO commandstats delta per event (incl. commands inside Lua scripts)")
+    print("rt/ev:   top-level commands per event seen by MONITOR at half rate (round trips)")
+    for r in results:
+        top = sorted(r.commands.items(), key=lambda kv: -kv[1])
+        breakdown = ", ".join(f"{name}={calls / r.events:.2f}" for name, calls in top[:10])
+        print(f"  {r.label}: {breakdown}")
+        if r.latency and len(r.latency.latencies_ms) < r.latency.events:
+            print(
+                f"  {r.label}: latency measured for {len(r.latency.latencies_ms)} of "
+                f"{r.latency.events} events"
+            )
+
+
+def main() -> None:
+    if len(sys.argv) == 6 and sys.argv[1] == "--raw-consumer":
+        raw_consumer(*sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--latency-events", type=int, default=2_000)
+    parser.add_argument("--redis-url", default=None, help="use this Redis instead of a new one")
+    parser.add_argument("--skip-relay", action="store_true", help="only the raw baselines")
+    parser.add_argument("--build-timeout", type=float, default=600.0)
+    args = parser.parse_args()
+    with throwaway_redis(args.redis_url) as url:
+        results = [
+            anyio.run(raw_phase, url, args.events, args.latency_events, mode)
+            for mode in ("each", "batch")
+        ]
+        if not args.skip_relay:
+            results.append(
+                anyio.run(relay_phase, url, args.events, args.latency_events, args.build_timeout)
+            )
+        report(results)
+
+
+if __name__ == "__main__":
+    main()
