@@ -196,3 +196,27 @@ def test_validate_flags_names_docker_cannot_build(tmp_path: Path, name: str) -> 
     result = run("function", "validate", str(tmp_path))
     assert result.returncode == 1
     assert result.stdout.startswith(f"{name}: function name {name!r} cannot name a Docker image")
+
+
+def test_validate_checks_what_the_build_would_refuse(tmp_path: Path) -> None:
+    node = function(
+        tmp_path,
+        "welcome",
+        "runtime: node24\nevents:\n  - handler: handler.main\n    pattern: {a: [1]}\n"
+        "services:\n  - build: Dockerfile\n",
+    )
+    result = run("function", "validate", str(node))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(
+        "welcome: handler module 'handler' not found (looked for handler.mjs"
+    )
+    assert lines[1] == (
+        'welcome: services[0].build: "Dockerfile" is not a source file of the function '
+        "(missing, or excluded by .gitignore)"
+    )
+    (node / "handler.js").write_text("export function main() {}\n")
+    (node / "Dockerfile").write_text("FROM scratch\n")
+    assert run("function", "validate", str(node)).stdout == "ok welcome\n"
+    (node / ".gitignore").write_text("Dockerfile\n")
+    assert "excluded by .gitignore" in run("function", "validate", str(node)).stdout

@@ -15,8 +15,11 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
+from relay.adapters.docker.runtimes import RUNTIMES
+from relay.adapters.fs.source import read_sources, select_sources
 from relay.adapters.fs.templates import TEMPLATE_FILE, load_template
-from relay.domain.errors import EventError, TemplateError
+from relay.domain.errors import BuildError, EventError, TemplateError
+from relay.domain.functions import handler_modules
 from relay.domain.names import function_name_problem
 from relay.domain.source import FINGERPRINT_HEX_LEN, image_tag
 from relay.domain.template import Template
@@ -82,7 +85,33 @@ def load(name: str, directory: Path) -> Loaded:
         template = load_template(directory / TEMPLATE_FILE)
     except TemplateError as exc:
         problems.extend(exc.problems)
+    if template is not None:
+        problems.extend(source_problems(directory, template))
     return Loaded(name, directory, None if problems else template, tuple(problems))
+
+
+def source_problems(directory: Path, template: Template) -> list[str]:
+    """What the image build would refuse, found from the selected source files alone:
+    dependency manifests, Node handler modules, service files that are not source."""
+    try:
+        files = dict(read_sources(directory, select_sources(directory)))
+    except (BuildError, OSError) as exc:
+        return [f"source: {exc}"]
+    problems: list[str] = []
+    runtime = RUNTIMES.get(template.runtime or "")
+    if runtime is not None and template.needs_runtime:
+        try:
+            runtime.plan_dependencies(files)
+            runtime.plan_function(files, handler_modules(template))
+        except BuildError as exc:
+            problems.append(str(exc))
+    for i, service in enumerate(template.services):
+        if service.kind != "image" and service.source.removeprefix("./") not in files:
+            problems.append(
+                f"services[{i}].{service.kind}: {json.dumps(service.source)} is not a source "
+                "file of the function (missing, or excluded by .gitignore)"
+            )
+    return problems
 
 
 def validate(
