@@ -1,0 +1,237 @@
+"""The delivery path on a real Redis: round trips, retries to the DLQ, an unwritable DLQ,
+malformed events, deleted bodies, competing workers and a Redis restart."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import pytest
+import redis.asyncio
+
+from relay.adapters.redis.keys import dlq_key
+from relay.application.consumer import ConnectionHealth, ConsumerLoop, MessageBuffer, RecoveryLoop
+from relay.domain import events as ev
+from relay.domain.execution import InvocationRequest, InvocationResult
+from relay.domain.outcome import StreamMessage
+from tests.integration.delivery_support import RedisWorld, bytes_client
+from tests.unit.delivery_world import rule
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+
+
+@pytest.fixture
+async def bytes_redis(request: pytest.FixtureRequest) -> AsyncIterator[redis.asyncio.Redis]:
+    async with bytes_client(request) as client:
+        yield client
+
+
+USERS = {"events": [rule("events.created.handler", {"table": ["users"]})]}
+INSERT = b'{"table": "users"}'
+# Commands the adapters send themselves; everything else runs inside the scripts.
+CLIENT_COMMANDS = ("evalsha", "eval", "xreadgroup", "xautoclaim", "xgroup|create", "script|load")
+
+
+async def wait_for(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` with a deadline."""
+    with anyio.fail_after(20):
+        while not condition():  # noqa: ASYNC110 - polling plain attributes of the fakes
+            await anyio.sleep(0.01)
+
+
+async def command_calls(client: redis.asyncio.Redis) -> dict[str, int]:
+    info = await client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in info.items()}
+
+
+async def test_a_handled_event_costs_at_most_three_round_trips(
+    bytes_redis: redis.asyncio.Redis, unique: str
+) -> None:
+    world = RedisWorld(bytes_redis, unique)
+    world.function("users", USERS)
+    await world.stream.ensure_group()
+    events = 200
+    for _ in range(events):
+        await world.add(INSERT)
+    buffer = MessageBuffer(16)
+    loop = ConsumerLoop(world.stream, world.dispatch, buffer, block_ms=50)
+    before = await command_calls(bytes_redis)
+    async with anyio.create_task_group() as tg:
+        await tg.start(loop.run)
+        await wait_for(lambda: _acked(world) == events)
+        tg.cancel_scope.cancel()
+    after = await command_calls(bytes_redis)
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    trips = sum(delta.get(name, 0) for name in CLIENT_COMMANDS)
+    print(f"round trips per handled event: {trips / events:.2f} ({delta})")
+    assert len(world.runtime.requests) == events
+    assert trips / events <= 3
+    # begin + finish per event; a first NOSCRIPT reply may add one per script.
+    assert 2 * events <= delta["evalsha"] <= 2 * events + 3
+
+
+def _acked(world: RedisWorld) -> int:
+    return sum(1 for e in world.events if isinstance(e, ev.MessageAcknowledged))
+
+
+async def redeliver(world: RedisWorld, message_id: str) -> Any:
+    raw: Any = await world.client.xrange(world.stream_name, message_id, message_id)
+    payload = raw[0][1].get(b"event")
+    return await world.dispatch(StreamMessage(id=message_id, payload=payload, reclaimed=True))
+
+
+async def test_an_always_failing_handler_runs_exactly_one_plus_retries_times(
+    bytes_redis: redis.asyncio.Redis, unique: str
+) -> None:
+    world = RedisWorld(bytes_redis, unique)
+    world.function(
+        "users", {"events": [rule("events.bad.handler", {"table": ["users"]}, retries=3)]}
+    )
+    world.runtime.script["users/events.bad.handler"] = InvocationResult(ok=False, error="exit 1")
+    await world.stream.ensure_group()
+    await world.add(INSERT)
+    [message] = await world.stream.read(1, 10)
+    report = await world.dispatch(message)
+    for _ in range(10):
+        if report.acknowledged:
+            break
+        await world.expire_deadlines(message.id)
+        report = await redeliver(world, message.id)
+    assert report.outcome == "dead_lettered"
+    assert len(world.runtime.requests) == 4
+    [entry] = await world.dlq()
+    assert (entry["function"], entry["handler"], entry["handler_attempts"]) == (
+        "users",
+        "events.bad.handler",
+        "4",
+    )
+    assert entry["event"] == INSERT.decode()
+    assert message.id not in await world.pending()
+    key = f"relay:invocation:{world.stream_name}:relay:{message.id}"
+    assert await bytes_redis.ttl(key) > 0
+
+
+async def test_an_unwritable_dlq_keeps_the_message_then_routes_it_without_rerunning(
+    bytes_redis: redis.asyncio.Redis, unique: str
+) -> None:
+    world = RedisWorld(bytes_redis, unique)
+    world.function(
+        "users", {"events": [rule("events.bad.handler", {"table": ["users"]}, retries=0)]}
+    )
+    world.runtime.script["users/events.bad.handler"] = InvocationResult(ok=False, error="boom")
+    await world.stream.ensure_group()
+    await bytes_redis.set(dlq_key(world.stream_name), "not a stream")
+    await world.add(INSERT)
+    [message] = await world.stream.read(1, 10)
+    report = await world.dispatch(message)
+    assert (report.acknowledged, report.outcome) == (False, "dlq_failed")
+    assert message.id in await world.pending()
+    await bytes_redis.delete(dlq_key(world.stream_name))
+    again = await redeliver(world, message.id)
+    assert (again.acknowledged, again.outcome) == (True, "dead_lettered")
+    assert len(world.runtime.requests) == 1
+    assert len(await world.dlq()) == 1
+
+
+@pytest.mark.parametrize(
+    "payload", [b"[1, 2]", b"{nope", b'{"table": "users", "pad": "' + b"x" * 2000 + b'"}']
+)
+async def test_malformed_events_go_to_the_dlq_at_once(
+    bytes_redis: redis.asyncio.Redis, unique: str, payload: bytes
+) -> None:
+    world = RedisWorld(bytes_redis, unique)
+    world.function("users", USERS)
+    await world.stream.ensure_group()
+    await world.add(payload)
+    [message] = await world.stream.read(1, 10)
+    report = await world.dispatch(message)
+    assert (report.acknowledged, report.outcome) == (True, "malformed")
+    assert world.runtime.requests == []
+    assert not [e for e in world.events if isinstance(e, ev.EventClassified)]
+    [entry] = await world.dlq()
+    assert (entry["function"], entry["handler"], entry["handler_attempts"]) == ("-", "-", "0")
+    assert await world.pending() == set()
+
+
+async def test_a_deleted_pending_body_is_counted_and_dropped_never_run(
+    bytes_redis: redis.asyncio.Redis, unique: str
+) -> None:
+    world = RedisWorld(bytes_redis, unique)
+    world.function("users", USERS)
+    await world.stream.ensure_group()
+    gone = await world.add(INSERT)
+    await world.stream.read(1, 10)
+    await bytes_redis.xdel(world.stream_name, gone)
+    published: list[Any] = []
+
+    async def publish(events: Any) -> None:
+        published.extend(events)
+
+    loop = RecoveryLoop(
+        world.stream, world.dispatch, MessageBuffer(4), publish=publish, min_idle_ms=0
+    )
+    async with anyio.create_task_group() as tg:
+        assert await loop.tick(tg) == 0
+    assert published == [ev.PendingEntryDropped(message_id=gone)]
+    assert world.runtime.requests == []
+    assert await world.pending() == set()
+
+
+async def test_two_workers_on_one_message_run_the_handler_once(
+    bytes_redis: redis.asyncio.Redis, unique: str
+) -> None:
+    first = RedisWorld(bytes_redis, unique, consumer="w1")
+    second = RedisWorld(bytes_redis, unique, consumer="w2")
+    release = anyio.Event()
+    runs: list[str] = []
+
+    async def slow(request: InvocationRequest) -> InvocationResult:
+        runs.append(request.context)
+        await release.wait()
+        return InvocationResult(ok=True)
+
+    for world in (first, second):
+        world.function("users", USERS)
+        world.runtime.script["users/events.created.handler"] = slow
+    await first.stream.ensure_group()
+    await first.add(INSERT)
+    [message] = await first.stream.read(1, 10)
+    reports: list[Any] = []
+
+    async def run(world: RedisWorld) -> None:
+        reports.append(await world.dispatch(message))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, first)
+        tg.start_soon(run, second)
+        await wait_for(lambda: len(reports) == 1 and len(runs) == 1)
+        release.set()
+    assert len(runs) == 1
+    assert sorted(r.outcome for r in reports) == ["completed", "in_progress"]
+
+
+@pytest.mark.docker
+async def test_the_consumer_recovers_from_a_redis_restart(restartable_redis: Any) -> None:
+    client = redis.asyncio.Redis.from_url(restartable_redis.url, decode_responses=False)
+    try:
+        world = RedisWorld(client, "restart")
+        world.function("users", USERS)
+        health = ConnectionHealth("consumer", min_s=0.05, max_s=0.2)
+        loop = ConsumerLoop(
+            world.stream, world.dispatch, MessageBuffer(4), block_ms=100, health=health
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(loop.run)
+            await world.add(INSERT)
+            await wait_for(lambda: _acked(world) == 1)
+            await anyio.to_thread.run_sync(restartable_redis.stop)
+            await wait_for(lambda: not health.healthy)
+            await anyio.to_thread.run_sync(restartable_redis.start)
+            await world.add(INSERT)  # after the restart: the stream and group are new
+            await wait_for(lambda: _acked(world) == 2)
+            tg.cancel_scope.cancel()
+        assert health.healthy
+        assert len(world.runtime.requests) == 2
+    finally:
+        await client.aclose()
