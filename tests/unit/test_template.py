@@ -457,3 +457,12 @@ def test_env_and_secrets_must_be_maps(section: str) -> None:
     doc = with_rule()
     doc[section] = ["A=b"]
     assert problems(doc) == [f"{section}: must be a map of NAME: value (got a list)"]
+
+
+@pytest.mark.parametrize("handler", ["class.handler", "events.import.main", "events.handler.def"])
+def test_python_keywords_cannot_be_handler_parts(handler: str) -> None:
+    (line,) = problems(with_rule(handler=handler))
+    assert line.startswith("events[0].handler: ")
+    doc = with_rule(handler=handler)
+    doc["runtime"] = "node24"
+    assert parse_template(doc).events[0].handler == handler

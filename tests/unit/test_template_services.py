@@ -217,3 +217,25 @@ def test_duplicate_sources_and_routes_are_errors() -> None:
 def test_unknown_service_keys_are_errors() -> None:
     (line,) = problems(services({"image": "nginx", "replica": 2}))
     assert line.startswith('services[0].replica: unknown key (did you mean "replicas"?')
+
+
+@pytest.mark.parametrize("path", ["app/main.py", "main.py", "./app/main.py", "pkg/sub/run.py"])
+def test_python_entrypoints_map_to_modules(path: str) -> None:
+    doc = {"runtime": "python3.14", "services": [{"entrypoint": path}]}
+    (service,) = parse_template(doc).services
+    assert service.python_module == path.removeprefix("./").removesuffix(".py").replace("/", ".")
+
+
+@pytest.mark.parametrize("path", ["app/my-server.py", "1app/main.py", "app/class.py", "a b.py"])
+def test_python_entrypoints_that_cannot_be_modules_are_rejected(path: str) -> None:
+    (line,) = problems({"runtime": "python3.14", "services": [{"entrypoint": path}]})
+    assert line.startswith("services[0].entrypoint: ")
+
+
+def test_node_entrypoints_may_have_any_file_name() -> None:
+    assert one(entrypoint="my-server.mjs").source == "my-server.mjs"
+
+
+def test_empty_host_with_a_path_still_requires_host() -> None:
+    doc = services({"image": "nginx", "host": "", "path": "/v2"})
+    assert problems(doc) == ['services[0]: service "nginx": path requires host']

@@ -87,6 +87,11 @@ class ServiceSpec(msgspec.Struct, frozen=True, kw_only=True):
         return self.source
 
     @property
+    def python_module(self) -> str:
+        """The module an entrypoint runs as on Python: ``app/main.py`` -> ``app.main``."""
+        return self.source.removeprefix("./").removesuffix(".py").replace("/", ".")
+
+    @property
     def display(self) -> str:
         """``service.js`` for an entrypoint, ``build:Dockerfile``, ``image:nginx:1.27``."""
         return self.source if self.kind == "entrypoint" else f"{self.kind}:{self.source}"
@@ -125,7 +130,7 @@ def parse_template(data: object) -> Template:
     events = _events(data.get("events"), runtime, problems)
     schedules = _schedules(data.get("schedules"), runtime, problems)
     env, secrets = rules.env_and_secrets(data.get("env"), data.get("secrets"), problems)
-    services = _services(data.get("services"), problems)
+    services = _services(data.get("services"), runtime, problems)
     template = Template(
         runtime=runtime,
         concurrency=concurrency,
@@ -221,7 +226,7 @@ def _schedules(raw: object, runtime: str | None, problems: list[str]) -> tuple[S
     return tuple(out)
 
 
-def _services(raw: object, problems: list[str]) -> tuple[ServiceSpec, ...]:
+def _services(raw: object, runtime: str | None, problems: list[str]) -> tuple[ServiceSpec, ...]:
     out: list[ServiceSpec] = []
     seen_source: dict[str, int] = {}
     seen_route: dict[tuple[str, str | None], int] = {}
@@ -229,7 +234,7 @@ def _services(raw: object, problems: list[str]) -> tuple[ServiceSpec, ...]:
     for i, item in rules.entries(raw, "services", problems):
         where = f"services[{i}]"
         rules.check_keys(item, keys, where, problems)
-        service = rules.service(item, where, DEFAULT_PORT, DEFAULT_REPLICAS, problems)
+        service = rules.service(item, runtime, where, DEFAULT_PORT, DEFAULT_REPLICAS, problems)
         if service is None:
             continue
         kind, source, port, replicas, host, path = service

@@ -8,6 +8,7 @@ reports every mistake of a template.
 from __future__ import annotations
 
 import difflib
+import keyword
 import re
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, Final, Literal, TypeVar
@@ -171,11 +172,34 @@ def handler_problem(  # noqa: PLR0911  # one early return per rule reads best
     if _IDENT.fullmatch(function) is None:
         return f"{show(value)}: function {show(function)} is not a valid identifier"
     python = runtime_name == "python3.14"
+    if python and keyword.iskeyword(function):
+        return f"{show(value)}: function {show(function)} is a Python keyword"
     for part in module.split("."):
-        if python and _IDENT.fullmatch(part) is None:
+        if python and not is_python_identifier(part):
             return f"{show(value)}: module part {show(part)} is not a valid Python identifier"
         if not python and _NODE_MODULE_PART.fullmatch(part) is None:
             return f"{show(value)}: module part {show(part)} is not a valid module name"
+    return None
+
+
+def is_python_identifier(text: str) -> bool:
+    """ASCII identifier that is not a keyword (``import a.class`` cannot work)."""
+    return _IDENT.fullmatch(text) is not None and not keyword.iskeyword(text)
+
+
+def python_entrypoint_problem(path: str) -> str | None:
+    """Python services run ``python -m <module>``: ``app/main.py`` -> ``app.main``."""
+    stem = path.removeprefix("./")
+    if not stem.endswith(".py"):
+        # The spec's own template example pairs python3.14 with `entrypoint: service.js`,
+        # so other files are accepted here; only a .py path that cannot be a module fails.
+        return None
+    parts = stem.removesuffix(".py").split("/")
+    if not all(is_python_identifier(part) for part in parts):
+        module = ".".join(parts)
+        return (
+            f"cannot run as python -m {module}: directory and file names must be Python identifiers"
+        )
     return None
 
 
@@ -348,8 +372,9 @@ def _secret_value(value: object, where: str, problems: list[str]) -> str | None:
 # --- services ---------------------------------------------------------------------
 
 
-def service(
+def service(  # noqa: PLR0917  # a private helper; positional reads best at the call site
     item: Mapping[Any, Any],
+    runtime_name: str | None,
     where: str,
     default_port: int,
     default_replicas: int,
@@ -363,6 +388,10 @@ def service(
         return None
     kind: Literal["entrypoint", "build", "image"] = kinds[0]  # type: ignore[assignment]
     source = _source(kind, item[kind], f"{where}.{kind}", problems)
+    if source is not None and kind == "entrypoint" and runtime_name == "python3.14":
+        problem = python_entrypoint_problem(source)
+        if problem is not None:
+            problems.append(f"{where}.entrypoint: {show(source)} {problem}")
     port = int_in_range(
         item.get("port", MISSING), f"{where}.port", default_port, 1, 65535, problems
     )
@@ -371,7 +400,7 @@ def service(
     )
     host = _host(item.get("host"), f"{where}.host", problems)
     path = _path(item.get("path"), f"{where}.path", problems)
-    if path is not None and host is None and "host" not in item:
+    if path is not None and item.get("host") in (None, ""):
         shown = show(source) if source is not None else "?"
         problems.append(f"{where}: service {shown}: path requires host")
     if len(problems) != before or source is None or port is None:
