@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
@@ -365,9 +365,13 @@ def test_explain_is_empty_on_match() -> None:
         ({"a": {"gt": "2026-09-12T10:00:00Z"}}, None),
         ({"a": {"gt": "100"}}, None),
         ({"a": {"gt": [1, "soon"]}}, None),
-        ({"a": {"gt": float("inf")}}, "pattern.a.gt[0]: must be a finite number (got Infinity)"),
-        ({"a": {"gte": {"x": 1}}}, 'pattern.a.gte[0]: must be a string, number, boolean or '
+        ({"a": {"gt": float("inf")}}, "pattern.a.gt: must be a finite number (got Infinity)"),
+        ({"a": {"gte": {"x": 1}}}, 'pattern.a.gte: must be a string, number, boolean or '
          'null (got {"x": 1})'),
+        ({"a": {"gt": datetime(2026, 9, 12, 10, tzinfo=UTC)}}, "pattern.a.gt: YAML read the "
+         "timestamp 2026-09-12T10:00:00+00:00; quote it to compare text (timestamp literals "
+         "are not accepted in comparisons: use now())"),
+        ({"a": [date(2026, 9, 12)]}, None),
         ({"a": {"gt": 1, "between": [1, 2]}}, None),
         ({"a": "x"}, 'pattern.a: must be a list of values, a map of operators or a map of '
          'nested fields (got "x"; write [x] for equality)'),

@@ -144,3 +144,18 @@ def test_empty_file() -> None:
 def test_multiple_documents_are_rejected() -> None:
     (line,) = problems("runtime: node24\n---\nruntime: python3.14\n")
     assert "invalid YAML" in line
+
+
+def test_unquoted_dates_are_named_as_yaml_timestamps() -> None:
+    (line,) = problems("runtime: node24\nenv:\n  SINCE: 2026-01-01\n")
+    assert (
+        line == "env.SINCE: value must be a string (got the YAML timestamp 2026-01-01; "
+        "quote it for text)"
+    )
+    (line,) = problems(
+        "runtime: node24\nevents:\n  - handler: a.b\n    pattern:\n"
+        "      t: {gt: 2026-01-01T00:00:00Z}\n"
+    )
+    assert line.startswith(
+        "events[0].pattern.t.gt: YAML read the timestamp 2026-01-01T00:00:00+00:00"
+    )

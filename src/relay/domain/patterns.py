@@ -21,7 +21,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Final
 
 from relay.domain.durations import DurationError, format_duration, parse_duration
@@ -423,21 +423,32 @@ def _bare(value: object) -> str:
 
 
 def _scalars(value: object, here: str, problems: list[str]) -> tuple[object, ...] | None:
+    listed = isinstance(value, list | tuple)
     items = list(value) if isinstance(value, list | tuple) else [value]
     if not items:
         problems.append(f"{here}: must list at least one value")
         return None
     ok = True
     for i, item in enumerate(items):
-        if not _is_scalar(item):
-            problems.append(
-                f"{here}[{i}]: must be a string, number, boolean or null (got {show(item)})"
-            )
-            ok = False
-        elif isinstance(item, float) and not math.isfinite(item):
-            problems.append(f"{here}[{i}]: must be a finite number (got {show(item)})")
+        at = f"{here}[{i}]" if listed else here
+        problem = _scalar_problem(item)
+        if problem is not None:
+            problems.append(f"{at}: {problem}")
             ok = False
     return tuple(items) if ok else None
+
+
+def _scalar_problem(item: object) -> str | None:
+    if isinstance(item, date):  # YAML reads an unquoted 2026-09-12 as a date
+        return (
+            f"YAML read the timestamp {item.isoformat()}; quote it to compare text "
+            "(timestamp literals are not accepted in comparisons: use now())"
+        )
+    if not _is_scalar(item):
+        return f"must be a string, number, boolean or null (got {show(item)})"
+    if isinstance(item, float) and not math.isfinite(item):
+        return f"must be a finite number (got {show(item)})"
+    return None
 
 
 def _compile_operator(

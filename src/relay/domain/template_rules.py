@@ -11,6 +11,7 @@ import difflib
 import keyword
 import re
 from collections.abc import Hashable, Iterator, Mapping
+from datetime import date
 from typing import Any, Final, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -42,6 +43,8 @@ def kind_of(value: object) -> str:
     """A short description of a value for messages: ``null``, ``a list``, ``"abc"``, ``12``."""
     if value is None:
         return "null"
+    if isinstance(value, date):  # YAML reads an unquoted 2026-09-12 as a date
+        return f"the YAML timestamp {value.isoformat()}; quote it for text"
     if isinstance(value, Mapping):
         return "a map"
     if isinstance(value, list | tuple):
