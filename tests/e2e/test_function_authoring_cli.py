@@ -220,3 +220,28 @@ def test_validate_checks_what_the_build_would_refuse(tmp_path: Path) -> None:
     assert run("function", "validate", str(node)).stdout == "ok welcome\n"
     (node / ".gitignore").write_text("Dockerfile\n")
     assert "excluded by .gitignore" in run("function", "validate", str(node)).stdout
+
+
+def test_match_at_a_given_instant(functions: Path) -> None:
+    event = json.dumps({"new_image": {"created_at": "2026-09-12T09:58:00Z"}})
+    target = str(functions / "user-events")
+    inside = run("function", "match", target, "--event", event, "--at", "2026-09-12T10:00:00Z")
+    assert "match  user-events  events.recent.handler" in inside.stdout.splitlines()
+    later = run("function", "match", target, "--event", event, "--at", "2026-09-12T10:03:00Z")
+    assert (
+        "no     user-events  events.recent.handler: pattern.new_image.created_at.gt: "
+        '"2026-09-12T09:58:00Z" is not after now()-5m (2026-09-12T09:58:00Z)'
+    ) in later.stdout.splitlines()
+    bad = run("function", "match", target, "--event", event, "--at", "yesterday")
+    assert bad.returncode == 1
+    assert bad.stderr.startswith('relay: --at: "yesterday" is not an RFC3339 timestamp')
+
+
+def test_match_does_not_need_buildable_source(tmp_path: Path) -> None:
+    node = function(
+        tmp_path,
+        "welcome",
+        "runtime: node24\nevents:\n  - handler: handler.main\n    pattern: {a: [1]}\n",
+    )
+    result = run("function", "match", str(node), "--event", '{"a": 1}')
+    assert result.stdout.splitlines()[0] == "match  welcome  handler.main"

@@ -21,6 +21,7 @@ from relay.adapters.fs.templates import TEMPLATE_FILE, load_template
 from relay.domain.errors import BuildError, EventError, TemplateError
 from relay.domain.functions import handler_modules
 from relay.domain.names import function_name_problem
+from relay.domain.patterns import parse_rfc3339
 from relay.domain.source import FINGERPRINT_HEX_LEN, image_tag
 from relay.domain.template import Template
 from relay.entrypoints.cli.common import EXIT_FAILURE, fail, out
@@ -68,7 +69,7 @@ def discover(path: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def load(name: str, directory: Path) -> Loaded:
+def load(name: str, directory: Path, *, check_source: bool = True) -> Loaded:
     problems: list[str] = []
     name_problem = function_name_problem(name)
     if name_problem is not None:
@@ -85,7 +86,7 @@ def load(name: str, directory: Path) -> Loaded:
         template = load_template(directory / TEMPLATE_FILE)
     except TemplateError as exc:
         problems.extend(exc.problems)
-    if template is not None:
+    if template is not None and check_source:
         problems.extend(source_problems(directory, template))
     return Loaded(name, directory, None if problems else template, tuple(problems))
 
@@ -149,14 +150,25 @@ def match(
     file: Annotated[
         Path | None, typer.Option("--file", help="Read the event from this JSON file.")
     ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", help="Evaluate now() at this RFC3339 instant, not the clock."),
+    ] = None,
 ) -> None:
     """Explain which rules match an event, and why the others do not."""
+    now = time.time()
+    if at is not None:
+        instant = parse_rfc3339(at)
+        if instant is None:
+            fail(f"--at: {json.dumps(at)} is not an RFC3339 timestamp (e.g. 2026-09-12T10:00:00Z)")
+        now = instant
     try:
         payload = read_event_argument(event, file, sys.stdin)
         functions = discover(path)
     except (EventError, PathNotFound) as exc:
         fail(str(exc))
-    for line in explain_matches([load(name, d) for name, d in functions], payload, time.time()):
+    loaded = [load(name, d, check_source=False) for name, d in functions]
+    for line in explain_matches(loaded, payload, now):
         out(line)
 
 
