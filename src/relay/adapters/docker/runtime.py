@@ -49,6 +49,10 @@ from relay.domain.messages import DomainEvent
 
 log = structlog.get_logger(__name__)
 
+# A container that cannot be created, attached and started in this long is
+# treated as an engine failure (the handler never ran).
+START_TIMEOUT_S = 60.0
+
 
 def _stdout_line(line: str) -> None:
     sys.stdout.write(line + "\n")
@@ -239,7 +243,8 @@ class DockerContainerRuntime:
             idle_deadline_s=self._idle_timeout_s + self._sweep_interval + 2 * GRACE_S,
         )
         try:
-            container = await start_container(self._docker, spec)
+            with anyio.fail_after(START_TIMEOUT_S):
+                container = await start_container(self._docker, spec)
         except Exception as exc:
             pool.start_failed()
             detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
