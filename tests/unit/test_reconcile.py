@@ -391,3 +391,20 @@ async def test_images_of_a_function_deleted_while_down_are_retired_at_the_first_
     await world.send(ReconcileAll())
     assert world.builder.removed_images == ["relay-fn-gone:0000000000000000"]
     assert ("kept", (world.runtime.active["kept"][0],)) in world.builder.retired
+
+
+async def test_a_removal_after_several_passes_still_retries_its_retire(world: World) -> None:
+    world.write("fn")
+    await world.send(ReconcileAll())
+    for _ in range(5):  # the retries left over from the first swap run out
+        await world.send(ReconcileAll())
+    image = world.runtime.active["fn"][0]
+    world.builder.in_use.add(image)  # the idle container is still being removed
+    for path in sorted((world.root / "fn").iterdir()):
+        path.unlink()
+    (world.root / "fn").rmdir()
+    await world.send(ReconcileAll())
+    assert image not in world.builder.removed_images
+    world.builder.in_use.clear()
+    await world.send(ReconcileAll())
+    assert image in world.builder.removed_images

@@ -357,17 +357,18 @@ class Reconciler:
             await self._publish([FunctionSkipped(name=name, reason=reason, at=self._clock.now())])
         return SKIPPED
 
-    async def _retire_images(self, name: str) -> None:
+    async def _retire_images(self, name: str, *, retry: bool = False) -> None:
         """Remove the function's images other than the one serving (call under the
         function's lock, so ``keep`` is never stale). Images still used by draining
-        containers survive; the next few full passes try again."""
+        containers survive; the next few full passes try again (a fresh swap or
+        removal restarts that count; ``retry`` marks one of those passes)."""
         current = self.registry.get(name)
         keep = (current.image,) if current is not None and current.image else ()
         try:
             await self._builder.retire(name, keep)
         except Exception as exc:  # noqa: BLE001 - cleanup is best effort, retried later
             _log.warning("function_retire_failed", function=name, error=str(exc))
-        passes = self._retire.get(name, RETIRE_RETRY_PASSES + 1) - 1
+        passes = self._retire.get(name, 1) - 1 if retry else RETIRE_RETRY_PASSES
         if passes > 0:
             self._retire[name] = passes
         else:
@@ -388,7 +389,7 @@ class Reconciler:
     async def _retry_retire(self, name: str) -> None:
         async with self._lock(name):
             if name in self._retire:
-                await self._retire_images(name)
+                await self._retire_images(name, retry=True)
 
     def _known(self) -> set[str]:
         """Functions this process has told observers about."""
