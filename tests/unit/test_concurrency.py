@@ -120,3 +120,22 @@ async def test_resize_up_admits_a_waiter_and_down_limits_new_acquisitions() -> N
         with pytest.raises(SlotUnavailable):
             async with slots.acquire("fn"):
                 pass
+
+
+async def test_cancellation_while_waiting_gives_back_the_global_slot() -> None:
+    slots = Slots(max_concurrency=2, wait_s=30)
+    slots.resize("fn", 1)
+    async with slots.acquire("fn"):
+        with anyio.CancelScope() as scope:
+
+            async def cancel_soon() -> None:
+                await anyio.wait_all_tasks_blocked()
+                scope.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_soon)
+                async with slots.acquire("fn"):
+                    pytest.fail("must not get the function slot")
+        # the waiter held a global slot while it waited for the function slot
+        async with slots.acquire("other"):
+            assert slots.in_flight == 2

@@ -68,16 +68,22 @@ class Slots:
         borrower = object()
         held: list[anyio.CapacityLimiter] = []
         waited = False
-        with anyio.move_on_after(self.wait_s) as scope:
-            for each in (self._global, limiter):
-                try:
-                    each.acquire_on_behalf_of_nowait(borrower)
-                except anyio.WouldBlock:
-                    if not waited:
-                        waited = True
-                        self._count_wait(function)
-                    await each.acquire_on_behalf_of(borrower)
-                held.append(each)
+        try:
+            with anyio.move_on_after(self.wait_s) as scope:
+                for each in (self._global, limiter):
+                    try:
+                        each.acquire_on_behalf_of_nowait(borrower)
+                    except anyio.WouldBlock:
+                        if not waited:
+                            waited = True
+                            self._count_wait(function)
+                        await each.acquire_on_behalf_of(borrower)
+                    held.append(each)
+        except BaseException:
+            # cancelled from outside while waiting (shutdown): give back what we took
+            for each in held:
+                each.release_on_behalf_of(borrower)
+            raise
         if scope.cancelled_caught:
             for each in held:
                 each.release_on_behalf_of(borrower)
