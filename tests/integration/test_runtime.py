@@ -421,3 +421,15 @@ async def test_an_endless_line_is_cut_into_bounded_pieces(image: str, unique: st
         texts = [line.split('": ', 1)[1] for line in captured.lines]
         assert sum(text.count("y") for text in texts) == 200_000
         assert max(len(line) for line in captured.lines) < 70 * 1024
+
+
+async def test_a_one_mib_event_and_a_refused_env_name(image: str, unique: str) -> None:
+    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+        runtime.activate(FN, image, PY, 1)
+        blob = "b" * (1024 * 1024)
+        assert_ok(await runtime.invoke(request(FN, "probe.size", {"blob": blob})))
+        assert captured.tagged("SIZE") == [{"blob": len(blob)}]
+        refused = await runtime.invoke(request(FN, "probe.hello", env={"BAD=NAME": "x"}))
+        assert not refused.ok
+        assert refused.discarded is None  # a failure, not a dead container
+        assert_ok(await runtime.invoke(request(FN, "probe.hello")))

@@ -113,3 +113,7 @@ def set_env(event: dict[str, Any]) -> None:
 
 def long_line(event: dict[str, Any]) -> None:
     sys.stdout.write("y" * 200_000)
+
+
+def size(event: dict[str, Any]) -> None:
+    print("SIZE " + json.dumps({"blob": len(event["blob"])}))

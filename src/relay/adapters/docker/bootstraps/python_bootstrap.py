@@ -85,13 +85,15 @@ def _serve_one(line: bytes, frames_fd: int) -> None:
         _write_all(frames_fd, ("\n" + json.dumps(frame) + "\n").encode())
         return
     env["RELAY_HANDLER"] = handler
-    saved: dict[str, object] = {key: os.environ.get(key, _MISSING) for key in env}
-    os.environ.update(env)
+    saved: dict[str, object] = {}
     # Backstop deadline inside the container: if Relay is gone (killed) and the
     # handler hangs, the process exits by itself at timeout + grace.
     faulthandler.dump_traceback_later(timeout_s + GRACE_S, exit=True, file=sys.stderr)
     ok, error = True, ""
     try:
+        for key, value in env.items():
+            saved[key] = os.environ.get(key, _MISSING)
+            os.environ[key] = value  # ValueError for a name the OS refuses: a failure
         _run(handler, event_text)
     except SystemExit as exc:
         if exc.code not in (None, 0):
@@ -102,10 +104,11 @@ def _serve_one(line: bytes, frames_fd: int) -> None:
     finally:
         faulthandler.cancel_dump_traceback_later()
         for key, old in saved.items():
-            if old is _MISSING:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = str(old)
+            with contextlib.suppress(ValueError):
+                if old is _MISSING:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = str(old)
     _flush_std()
     _write_all(2, (END_MARKER + nonce + "\n").encode())
     answer = json.dumps({"id": nonce, "ok": ok, "error": error})
