@@ -211,3 +211,38 @@ def test_trace_shows_a_failed_attempt_and_its_next_attempt_time(
     ), text
     assert "Verdict:      waiting out a retry backoff" in text
     assert worker.stop() == 0
+
+
+def test_a_redelivered_event_is_not_classified_again(
+    relay_worker: WorkerFactory, functions_dir: Path, worker_env: dict[str, str], redis_url: str
+) -> None:
+    write_failing_function(functions_dir)
+    first = relay_worker(name="a")
+    client = redis.Redis.from_url(redis_url)
+    stream, group = worker_env["REDIS_STREAM"], worker_env["REDIS_GROUP"]
+    failing = client.xadd(stream, {"event": json.dumps({"kind": "explode"})}).decode()  # type: ignore[union-attr]
+    first.wait_for(rf"msg=invocation_failed .*message_id={re.escape(failing)}")
+    assert first.stop() == 0
+    # Make the entry look abandoned long ago, so the next worker's recovery takes it now.
+    client.xclaim(stream, group, "gone-worker", 0, [failing], idle=600_000)
+
+    port = free_port()
+    host = f"{worker_env['RELAY_HOSTNAME']}-b"
+    second = relay_worker(name="b", env={"METRICS_ADDR": f"127.0.0.1:{port}",
+                                         "RELAY_HOSTNAME": host})
+    client.xadd(stream, {"event": json.dumps(UNMATCHED_EVENT)})
+
+    def settled() -> bool:
+        rows = client.xpending_range(stream, group, min=failing, max=failing, count=1)
+        redelivered = bool(rows) and rows[0]["consumer"] == host.encode()
+        metrics = scrape(port)
+        return redelivered and sample(metrics, "buffered_events") == 0 and sample(
+            metrics, "events_received_total") == 1
+
+    wait_until(settled, 60, "the redelivery and the new event to be handled")
+    metrics = scrape(port)
+    assert sample(metrics, "events_unmatched_total") == 1
+    assert sample(metrics, "events_matched_total") == 0  # the redelivery was not counted again
+    assert sample(metrics, "events_received_total") == sample(
+        metrics, "events_matched_total") + sample(metrics, "events_unmatched_total")
+    assert second.stop() == 0
