@@ -59,6 +59,7 @@ from relay.domain.outcome import (
     message_outcome,
     split_field,
 )
+from relay.domain.stats import StatsSnapshot, zeroed
 
 
 class FakeClock:
@@ -576,3 +577,32 @@ class InMemoryLedger:
             )
         self._ack(ctx.message_id)
         return Settlement(acknowledged=True, dead_lettered=written)
+
+
+# --- stats (control plane) ------------------------------------------------------------
+class InMemoryStatsStore:
+    """``StatsStore`` in memory. ``writes`` records every save/reset in order;
+    ``gate`` (when set) holds ``save`` open after ``saving`` is set, so a test can
+    interleave a reset with an in-flight flush."""
+
+    def __init__(self) -> None:
+        self.persisted = StatsSnapshot()
+        self.writes: list[tuple[str, StatsSnapshot]] = []
+        self.gate: anyio.Event | None = None
+        self.saving = anyio.Event()
+
+    async def load(self) -> StatsSnapshot:
+        return self.persisted
+
+    async def save(self, snapshot: StatsSnapshot, at: float) -> None:
+        self.saving.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        self.persisted = StatsSnapshot(
+            totals=snapshot.totals, functions=snapshot.functions, updated_at=at
+        )
+        self.writes.append(("save", self.persisted))
+
+    async def reset(self, at: float) -> None:
+        self.persisted = zeroed(self.persisted)
+        self.writes.append(("reset", self.persisted))

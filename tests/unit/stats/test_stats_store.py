@@ -10,36 +10,10 @@ from relay.adapters.metrics.registry import Metrics
 from relay.adapters.sqlite.db import open_db
 from relay.adapters.sqlite.stats_store import SqliteStatsStore
 from relay.application.stats import StatsRecorder
-from relay.domain.stats import StatsSnapshot, zeroed
-from tests.fakes import FakeClock
+from relay.domain.stats import StatsSnapshot
+from tests.fakes import FakeClock, InMemoryStatsStore
 
 pytestmark = pytest.mark.anyio
-
-
-class InMemoryStatsStore:
-    """Records every write in order; ``gate`` (when set) holds ``save`` open."""
-
-    def __init__(self) -> None:
-        self.persisted = StatsSnapshot()
-        self.writes: list[tuple[str, StatsSnapshot]] = []
-        self.gate: anyio.Event | None = None
-        self.saving = anyio.Event()
-
-    async def load(self) -> StatsSnapshot:
-        return self.persisted
-
-    async def save(self, snapshot: StatsSnapshot, at: float) -> None:
-        self.saving.set()
-        if self.gate is not None:
-            await self.gate.wait()
-        self.persisted = StatsSnapshot(
-            totals=snapshot.totals, functions=snapshot.functions, updated_at=at
-        )
-        self.writes.append(("save", self.persisted))
-
-    async def reset(self, at: float) -> None:
-        self.persisted = zeroed(self.persisted)
-        self.writes.append(("reset", self.persisted))
 
 
 def counted(n: int) -> Metrics:
