@@ -1,0 +1,296 @@
+"""Soak: two workers, one SIGKILLed three times, a handler that fails 10% of the time.
+
+    .venv/bin/python bench/soak.py [--events 5000] [--rate 100] [--redis-url URL]
+
+Starts a throwaway Redis container (relay-testbed/redis:7, label relay.test=true)
+and two real ``relay start`` workers on one stream and group. A Python handler
+writes a ``start`` and an ``end`` mark (with the outcome) for every execution to a
+Redis list over a raw socket (stdlib only, so the function needs no
+dependencies), sleeps 10 ms and fails 10% of the time; its rule has
+``retries: 1`` so an unlucky event is dead-lettered within minutes rather than
+the default 18. While events are produced at ``--rate``/s, worker B is killed
+with SIGKILL three times and restarted. When the group has nothing pending the
+script prints:
+
+* lost: events with neither a successful execution nor a DLQ entry (want 0);
+* concurrent duplicates: two executions of one event whose start..end overlap
+  (want 0); sequential re-runs are expected (at-least-once) and shown apart;
+* DLQ entries next to exhausted invocations (events that never succeeded) and
+  duplicate DLQ entries (want equal, and 0);
+* pending at the end (want 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from redis.asyncio import Redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _redisbench import (
+    Worker,
+    remove_function_images,
+    start_worker,
+    throwaway_redis,
+    workdir,
+    write_function,
+)
+
+TIMEOUT_S = 5
+GRACE_S = 5  # an orphaned container stops itself within timeout + grace
+
+TEMPLATE = """runtime: python3.14
+concurrency: 4
+env:
+  SOAK_REDIS: "{address}"
+  SOAK_KEY: "{key}"
+events:
+  - handler: soak.handler
+    retries: 1
+    timeout: {timeout}s
+    pattern:
+      kind: [soak]
+"""
+
+HANDLER = """import os
+import random
+import socket
+import time
+import uuid
+
+HOST, PORT = os.environ["SOAK_REDIS"].rsplit(":", 1)
+KEY = os.environ["SOAK_KEY"].encode()
+
+
+def _push(text):
+    value = text.encode()
+    command = b"*3\\r\\n$5\\r\\nRPUSH\\r\\n$%d\\r\\n%s\\r\\n$%d\\r\\n%s\\r\\n" % (
+        len(KEY), KEY, len(value), value)
+    with socket.create_connection((HOST, int(PORT)), timeout=2) as conn:
+        conn.sendall(command)
+        conn.recv(64)
+
+
+def handler(event):
+    run = uuid.uuid4().hex[:12]
+    seq = event["seq"]
+    _push(f"start|{seq}|{run}|{time.time_ns()}")
+    time.sleep(0.01)
+    ok = random.random() >= 0.1
+    _push(f"end|{seq}|{run}|{time.time_ns()}|{'ok' if ok else 'fail'}")
+    if not ok:
+        raise RuntimeError("soak: injected failure")
+"""
+
+
+@dataclass
+class Execution:
+    start_ns: int
+    end_ns: int | None = None
+    ok: bool | None = None
+
+
+@dataclass
+class Findings:
+    events: int
+    executions: dict[int, dict[str, Execution]] = field(default_factory=dict)
+    dlq_seqs: list[int] = field(default_factory=list)
+    dlq_unparsable: int = 0
+    pending: int = 0
+
+    def report(self) -> list[str]:
+        succeeded = {s for s, runs in self.executions.items() if any(r.ok for r in runs.values())}
+        dlq = set(self.dlq_seqs)
+        lost = set(range(self.events)) - succeeded - dlq
+        never_ok = set(range(self.events)) - succeeded
+        concurrent, possible, reruns = self._overlaps()
+        total = sum(len(runs) for runs in self.executions.values())
+        unfinished = sum(
+            r.end_ns is None for runs in self.executions.values() for r in runs.values()
+        )
+        duplicate_dlq = len(self.dlq_seqs) - len(dlq)
+        return [
+            f"events:                         {self.events}",
+            f"executions:                     {total} ({unfinished} without an end mark: killed)",
+            f"lost:                           {len(lost)}",
+            f"concurrent duplicates:          {concurrent}",
+            f"  overlapping a killed run:     {possible} (within its timeout + grace)",
+            f"sequential re-runs:             {reruns} (at-least-once; expected)",
+            f"exhausted invocations:          {len(never_ok)} (events that never succeeded)",
+            f"DLQ entries:                    {len(self.dlq_seqs)} "
+            f"(distinct events {len(dlq)}, duplicates {duplicate_dlq}, "
+            f"unparsable {self.dlq_unparsable})",
+            f"DLQ entries of events that also succeeded: {len(dlq & succeeded)}",
+            f"pending at the end:             {self.pending}",
+        ]
+
+    def _overlaps(self) -> tuple[int, int, int]:
+        concurrent = possible = reruns = 0
+        limit_ns = (TIMEOUT_S + GRACE_S) * 1_000_000_000
+        for runs in self.executions.values():
+            ordered = sorted(runs.values(), key=lambda r: r.start_ns)
+            reruns += max(0, len(ordered) - 1)
+            for i, later in enumerate(ordered):
+                for earlier in ordered[:i]:
+                    if earlier.end_ns is not None:
+                        concurrent += later.start_ns < earlier.end_ns
+                    else:
+                        possible += later.start_ns < earlier.start_ns + limit_ns
+        return concurrent, possible, reruns
+
+
+async def produce(client: Redis, stream: str, events: int, rate: float) -> str:
+    start, last = time.monotonic(), ""
+    for seq in range(events):
+        due = start + seq / rate
+        now = time.monotonic()
+        if due > now:
+            await anyio.sleep(due - now)
+        last = await client.xadd(stream, {"event": json.dumps({"kind": "soak", "seq": seq})})
+    return last
+
+
+async def chaos(
+    victim: dict[str, Worker], restart: Any, kills: int, every_s: float, log: list[str]
+) -> None:
+    for n in range(1, kills + 1):
+        await anyio.sleep(every_s)
+        victim["b"].kill()
+        log.append(f"killed worker b (SIGKILL #{n}) at {time.strftime('%H:%M:%S')}")
+        await anyio.sleep(2)
+        victim["b"] = restart()
+
+
+async def wait_settled(client: Redis, stream: str, group: str, last: str, limit_s: float) -> int:
+    """Wait until the group has delivered everything and nothing is pending."""
+    deadline = time.monotonic() + limit_s
+    pending = -1
+    while time.monotonic() < deadline:
+        for info in await client.xinfo_groups(stream):
+            if info["name"] == group:
+                pending = int(info["pending"])
+                if info["last-delivered-id"] == last and pending == 0:
+                    return 0
+        await anyio.sleep(1)
+    return pending
+
+
+async def collect(client: Redis, stream: str, key: str, events: int, pending: int) -> Findings:
+    found = Findings(events=events, pending=pending)
+    executions: dict[int, dict[str, Execution]] = defaultdict(dict)
+    for raw in await client.lrange(key, 0, -1):
+        parts = raw.split("|")
+        seq, run, at = int(parts[1]), parts[2], int(parts[3])
+        if parts[0] == "start":
+            executions[seq].setdefault(run, Execution(start_ns=at))
+        else:
+            execution = executions[seq].setdefault(run, Execution(start_ns=at))
+            execution.end_ns, execution.ok = at, parts[4] == "ok"
+    found.executions = dict(executions)
+    for _, fields in await client.xrange(f"relay:{stream}:dlq"):
+        try:
+            found.dlq_seqs.append(int(json.loads(fields["event"])["seq"]))
+        except (KeyError, ValueError, TypeError):
+            found.dlq_unparsable += 1
+    return found
+
+
+async def soak(url: str, args: argparse.Namespace) -> None:
+    suffix = secrets.token_hex(3)
+    function, stream, group = f"soak-{suffix}", f"soak-{suffix}", "soak"
+    key = f"soak:{suffix}:marks"
+    address = url.removeprefix("redis://").split("/")[0]
+    client = Redis.from_url(url, decode_responses=True)
+    workers: dict[str, Worker] = {}
+    chaos_log: list[str] = []
+    with workdir() as root:
+        functions = write_function(
+            root / "functions",
+            function,
+            TEMPLATE.format(address=address, key=key, timeout=TIMEOUT_S),
+            {"soak.py": HANDLER},
+        )
+
+        def launch(name: str) -> Worker:
+            return start_worker(
+                url=url,
+                stream=stream,
+                group=group,
+                functions=functions,
+                workdir=root,
+                name=f"soak-{name}",
+                extra_env={"MAX_CONCURRENCY": "4"},
+            )
+
+        try:
+            workers["a"] = launch("a")
+            await wait_ready(client, stream, group, workers["a"], args.build_timeout)
+            workers["b"] = launch("b")
+            await anyio.sleep(5)  # b finds the image built and starts consuming
+            await client.delete(key)  # forget the warm-up executions
+            print(f"soak: producing {args.events} events at {args.rate:.0f}/s; killing b 3 times")
+            async with anyio.create_task_group() as tg:
+                every = args.events / args.rate / 4
+                tg.start_soon(chaos, workers, lambda: launch("b"), 3, every, chaos_log)
+                last = await produce(client, stream, args.events, args.rate)
+            for line in chaos_log:
+                print(f"soak: {line}")
+            print("soak: waiting for every event to settle (retries and recovery take minutes)")
+            pending = await wait_settled(client, stream, group, last, args.settle_timeout)
+            findings = await collect(client, stream, key, args.events, pending)
+            print()
+            for line in findings.report():
+                print(line)
+        except BaseException:
+            for name, worker in workers.items():
+                print(f"--- worker {name} log (tail) ---")
+                print(worker.log_tail())
+            raise
+        finally:
+            for worker in workers.values():
+                worker.stop()
+            remove_function_images(function)
+            await client.delete(stream, key, f"relay:{stream}:dlq")
+            await client.aclose()
+
+
+async def wait_ready(
+    client: Redis, stream: str, group: str, worker: Worker, limit_s: float
+) -> None:
+    """One warm-up event (seq -1, never counted) acknowledged means the worker serves."""
+    deadline = time.monotonic() + limit_s
+    last = await client.xadd(stream, {"event": json.dumps({"kind": "soak", "seq": -1})})
+    while time.monotonic() < deadline:
+        if not worker.alive():
+            raise SystemExit("soak: worker a exited during start-up")
+        for info in await client.xinfo_groups(stream):
+            if info["name"] == group and info["last-delivered-id"] == last and not info["pending"]:
+                return
+        await anyio.sleep(0.5)
+    raise SystemExit("soak: worker a did not become ready in time")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--redis-url", default=None, help="a Redis the containers can reach")
+    parser.add_argument("--build-timeout", type=float, default=600.0)
+    parser.add_argument("--settle-timeout", type=float, default=1200.0)
+    args = parser.parse_args()
+    with throwaway_redis(args.redis_url) as url:
+        anyio.run(soak, url, args)
+
+
+if __name__ == "__main__":
+    main()
