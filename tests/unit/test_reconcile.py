@@ -408,3 +408,18 @@ async def test_a_removal_after_several_passes_still_retries_its_retire(world: Wo
     world.builder.in_use.clear()
     await world.send(ReconcileAll())
     assert image in world.builder.removed_images
+
+
+async def test_a_vanished_functions_directory_removes_nothing(world: World) -> None:
+    world.write("fn")
+    await world.send(ReconcileAll())
+    hidden = world.root.with_name(world.root.name + "-away")
+    world.root.rename(hidden)  # a remount or a checkout swapping the folder
+    try:
+        assert await world.send(ReconcileAll()) == {}
+        assert await world.send(ReconcileFunction(name="fn")) == WAITING
+        assert world.registry.get("fn") is not None
+        assert "fn" in world.runtime.active
+        assert not world.of(FunctionRemoved)
+    finally:
+        hidden.rename(world.root)

@@ -188,7 +188,8 @@ class FunctionSource(Protocol):
     """
 
     def scan(self) -> list[DiscoveredFunction]:
-        """Every candidate function directory, sorted by name."""
+        """Every candidate function directory, sorted by name. Raises ``OSError``
+        when the functions directory itself cannot be read."""
         ...
 
     def directory_of(self, name: str) -> str:

@@ -160,8 +160,16 @@ class Reconciler:
 
     # --- whole directory --------------------------------------------------------
     async def reconcile_all(self) -> dict[str, str]:
-        """Re-scan and reconcile every function in parallel; returns name -> result."""
-        found = await anyio.to_thread.run_sync(self._source.scan)
+        """Re-scan and reconcile every function in parallel; returns name -> result.
+
+        When the functions directory itself cannot be read (a remount, a checkout
+        swapping it), nothing is changed: an unreadable folder is not an empty one.
+        """
+        try:
+            found = await anyio.to_thread.run_sync(self._source.scan)
+        except OSError as exc:
+            _log.warning("functions_dir_unreadable", error=str(exc))
+            return {}
         present = {f.name for f in found}
         results: dict[str, str] = {}
 
@@ -183,11 +191,14 @@ class Reconciler:
 
     async def reconcile_function(self, name: str) -> str:
         """Converge one function after a change under its directory."""
-        directory = self._source.directory_of(name)
-        exists = await anyio.to_thread.run_sync(Path(directory).is_dir)
+        directory = Path(self._source.directory_of(name))
+        exists = await anyio.to_thread.run_sync(directory.is_dir)
         if not exists:
+            if not await anyio.to_thread.run_sync(directory.parent.is_dir):
+                _log.warning("functions_dir_unreadable", path=str(directory.parent))
+                return WAITING  # the whole folder is gone: never remove what serves
             return await self.remove(name)
-        return await self.prepare(name, directory)
+        return await self.prepare(name, str(directory))
 
     # --- one function -------------------------------------------------------------
     async def prepare(self, name: str, directory: str) -> str:

@@ -17,12 +17,10 @@ from relay.domain.template import Template
 
 
 def scan(functions_dir: Path) -> list[DiscoveredFunction]:
-    """Every non-hidden direct subdirectory, sorted by name. A missing or
-    unreadable functions directory yields an empty list."""
-    try:
-        entries = list(os.scandir(functions_dir))
-    except OSError:
-        return []
+    """Every non-hidden direct subdirectory, sorted by name. Raises ``OSError``
+    when the functions directory itself is missing or unreadable: that is not the
+    same as "no functions" and must never remove what serves."""
+    entries = list(os.scandir(functions_dir))
     found: list[DiscoveredFunction] = []
     for entry in entries:
         if entry.name.startswith("."):
