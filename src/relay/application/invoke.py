@@ -90,13 +90,7 @@ class FunctionInvoker:
 
     async def __call__(self, command: InvokeFunction) -> Outcome[InvokeSummary]:
         name = command.function
-        function = self._registry.current().functions.get(name)
-        if function is None:
-            raise FunctionNotFound(f'function "{name}" not found')
-        if function.image is None:
-            why = function.last_error or "its first image is still being built"
-            raise FunctionUnavailable(f'function "{name}" is not available: {why}')
-        template: Template = function.template
+        template: Template = serving_function(self._registry, name).template
         now = self._clock.now()
         rules = [rule for rule in template.events if rule.pattern.matches(command.event, now)]
         payload = msgspec.json.encode(command.event)
@@ -122,18 +116,17 @@ class FunctionInvoker:
     ) -> InvocationResult:
         started = time.monotonic()
         try:
-            async with self._slots.acquire(name):
-                env = resolve_environment(template.env, template.secrets, self._secrets)
-                return await self._runtime.invoke(
-                    InvocationRequest(
-                        function=name,
-                        handler=rule.handler,
-                        event=payload,
-                        env=env,
-                        timeout_ns=clamp_timeout_ns(rule.timeout_ns),
-                        context=INVOKE_CONTEXT,
-                    )
-                )
+            return await run_once(
+                slots=self._slots, runtime=self._runtime, secrets=self._secrets,
+                template=template,
+                request=InvocationRequest(
+                    function=name,
+                    handler=rule.handler,
+                    event=payload,
+                    timeout_ns=clamp_timeout_ns(rule.timeout_ns),
+                    context=INVOKE_CONTEXT,
+                ),
+            )
         except RelayError as exc:  # no slot, a missing secret, the runtime refused
             detail = str(exc)
         except Exception as exc:  # noqa: BLE001 - one handler never stops the others
@@ -144,3 +137,38 @@ class FunctionInvoker:
             error=failure_message(name, rule.handler, detail),
             duration_s=time.monotonic() - started,
         )
+
+
+def serving_function(registry: CatalogSource, name: str) -> Any:
+    """The catalog's ``ActiveFunction`` named ``name``, if it has a serving image.
+
+    Raises :class:`FunctionNotFound` or :class:`FunctionUnavailable` (one line each).
+    Shared by the operator actions that run a handler outside delivery.
+    """
+    function = registry.current().functions.get(name)
+    if function is None:
+        raise FunctionNotFound(f'function "{name}" not found')
+    if function.image is None:
+        why = function.last_error or "its first image is still being built"
+        raise FunctionUnavailable(f'function "{name}" is not available: {why}')
+    return function
+
+
+async def run_once(
+    *,
+    slots: SlotPool,
+    runtime: Invoker,
+    secrets: SecretStore,
+    template: Template,
+    request: InvocationRequest,
+) -> InvocationResult:
+    """One handler run outside delivery: the function's concurrency slot, the
+    template's env with its secrets resolved now, then the warm runtime.
+
+    ``request.env`` is replaced by the resolved environment. Raises ``RelayError``
+    when no slot frees up in time, a secret is missing, or the runtime refuses;
+    a handler failure is a result, not an exception.
+    """
+    async with slots.acquire(request.function):
+        env = resolve_environment(template.env, template.secrets, secrets)
+        return await runtime.invoke(msgspec.structs.replace(request, env=env))
