@@ -129,3 +129,27 @@ async def test_a_new_group_at_zero_keeps_the_whole_stream(client: Redis, stream:
 async def test_a_missing_stream_is_not_an_error(client: Redis) -> None:
     outcome = await trimmer(client, f"test:retention:{uuid.uuid4().hex}").trim_once()
     assert outcome.removed == 0
+
+
+async def test_approximate_trim_removes_whole_nodes_and_keeps_the_pending_one(
+    client: Redis,
+) -> None:
+    """The production form (``MINID ~``): whole old nodes go, the pending entry stays."""
+    name = f"test:retention:{uuid.uuid4().hex}"
+    old = [f"{ms}-0" for ms in range(1, 351)]
+    pipe = client.pipeline(transaction=False)
+    for entry_id in old:
+        pipe.xadd(name, {"event": "{}"}, id=entry_id)
+    await pipe.execute()
+    try:
+        await client.xgroup_create(name, "g", id="0")
+        await read_and_ack(client, name, "g", count=1000, keep={"250-0"})
+        trim = RetentionTrimmer(client, name, RETENTION, FakeClock(now=NOW_S))
+        outcome = await trim.trim_once()
+        assert outcome.effective == StreamId(250, 0)
+        remaining = await ids(client, name)
+        assert "250-0" in remaining
+        assert outcome.removed > 0
+        assert len(remaining) == len(old) - outcome.removed
+    finally:
+        await client.delete(name)
