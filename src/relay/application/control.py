@@ -7,6 +7,7 @@ lives in :mod:`relay.application.invoke`; ``ReplayDeadLetter`` with the DLQ.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import msgspec
@@ -42,6 +43,7 @@ class WorkerHealth:
     def __init__(self) -> None:
         self._started = False
         self._failing: dict[str, str] = {}
+        self._probes: dict[str, Callable[[], bool]] = {}
 
     def mark_started(self) -> None:
         self._started = True
@@ -52,8 +54,16 @@ class WorkerHealth:
     def mark_ok(self, check: str) -> None:
         self._failing.pop(check, None)
 
+    def watch(self, check: str, healthy: Callable[[], bool]) -> None:
+        """Ask ``healthy`` at each report (e.g. a loop's ``ConnectionHealth.healthy``)."""
+        self._probes[check] = healthy
+
     def report(self) -> HealthReport:
-        problems = [f"{check}: {detail}" for check, detail in sorted(self._failing.items())]
+        failing = dict(self._failing)
+        for check, healthy in self._probes.items():
+            if not healthy():
+                failing.setdefault(check, "unavailable (retrying)")
+        problems = [f"{check}: {detail}" for check, detail in sorted(failing.items())]
         if not self._started:
             problems.insert(0, "worker: still starting")
         return HealthReport(ready=not problems, problems=problems)

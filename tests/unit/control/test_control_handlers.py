@@ -52,6 +52,11 @@ async def test_handlers_on_the_bus() -> None:
     assert (await bus.send(GetHealth())).problems == ["redis: connection refused"]
     health.mark_ok("redis")
     assert (await bus.send(GetHealth())).ready
+    consumer_up = [False]
+    health.watch("consumer", lambda: consumer_up[0])
+    assert (await bus.send(GetHealth())).problems == ["consumer: unavailable (retrying)"]
+    consumer_up[0] = True
+    assert (await bus.send(GetHealth())).ready
 
 
 async def test_cli_side_reads_the_pool_over_the_socket(tmp_path: Path) -> None:
