@@ -66,8 +66,10 @@ class MessageBuffer:
             self._changed.set()
             self._changed = None
 
-    async def wait_free(self) -> None:
-        while self.free <= 0:
+    async def wait_free(self, batch: int = 1) -> None:
+        """Wait until a place is free; while messages are in flight, until ``batch``
+        places are (so a busy worker reads in batches, not one message per read)."""
+        while self.free <= 0 or (self._held and self.free < batch):
             if self._changed is None:
                 self._changed = anyio.Event()
             await self._changed.wait()
@@ -130,8 +132,9 @@ class ConsumerLoop:
         await self._ensure_group()
         task_status.started()
         async with anyio.create_task_group() as tg:
+            batch = max(1, self._buffer.size // 4)
             while True:
-                await self._buffer.wait_free()
+                await self._buffer.wait_free(batch)
                 try:
                     messages = await self._stream.read(self._buffer.free, self._block_ms)
                 except Exception as exc:  # noqa: BLE001 - never exit: back off and retry

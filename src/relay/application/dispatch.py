@@ -297,6 +297,7 @@ class MessageDispatcher:
         by_field = {p.field: p for p in plan}
         claimed = [s for s in statuses if s.status == CLAIMED]
         runs: list[_Run] = []
+        settled: Settlement | None = None
         try:
             for status in claimed:
                 runs.append(await self._attempt(ctx, payload, by_field[status.field], status))
@@ -312,7 +313,7 @@ class MessageDispatcher:
                 gates=tuple(by_field),
                 blocked=blocked,
             )
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_S):
+            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _CLEANUP_S):
                 settled = await self._finish(ctx, finish)
         if settled is None:
             events += [e for r in runs for e in r.events]

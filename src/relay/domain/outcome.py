@@ -114,10 +114,20 @@ def inspect_payload(raw: bytes | None, max_bytes: int) -> dict[str, Any] | Malfo
 # --- dead-letter entries -------------------------------------------------------------
 
 
+_second: list[tuple[int, str]] = [(-1, "")]
+
+
 def rfc3339(epoch_s: float) -> str:
-    """``epoch_s`` as an RFC 3339 UTC timestamp with milliseconds."""
-    stamp = datetime.fromtimestamp(epoch_s, tz=UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    """``epoch_s`` as an RFC 3339 UTC timestamp with milliseconds.
+
+    On the hot path (every ledger call carries one), so the formatted second is
+    cached and only the milliseconds are formatted each time."""
+    whole = int(epoch_s)
+    cached_second, prefix = _second[0]
+    if whole != cached_second:
+        prefix = datetime.fromtimestamp(whole, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        _second[0] = (whole, prefix)
+    return f"{prefix}{int((epoch_s - whole) * 1000):03d}Z"
 
 
 class DeadLetterEntry(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,10 +21,13 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Final
 
+import anyio
+import anyio.lowlevel
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from relay.adapters.redis.keys import dlq_key, invocation_key, translated
+from relay.domain.errors import DependencyUnavailable
 from relay.domain.invocation import Complete, Exhaust, Release, Retry, Transition
 from relay.domain.outcome import (
     BeginRequest,
@@ -38,6 +41,7 @@ from relay.domain.outcome import (
 )
 
 ACKED_TTL_S: Final = 48 * 3600
+SEND_TIMEOUT_S: Final = 30.0
 
 
 def _text(value: Any) -> str:
@@ -63,6 +67,113 @@ class LuaScript:
         except NoScriptError:
             await client.script_load(self.source)
             return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+
+class _Call:
+    __slots__ = ("args", "done", "error", "keys", "reply", "script")
+
+    def __init__(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> None:
+        self.script = script
+        self.keys = keys
+        self.args = args
+        self.done = anyio.Event()
+        self.reply: Any = None
+        self.error: BaseException | None = None
+
+
+class ScriptBatcher:
+    """Coalesces concurrent script calls into one pipelined round trip.
+
+    The first caller becomes the sender: it yields once so the other messages of
+    the same read batch can queue their calls, then sends everything queued as
+    one pipeline (no MULTI: each script is atomic on its own), and repeats while
+    calls keep arriving. Sending is shielded so a cancelled sender never strands
+    the calls it took. A NOSCRIPT reply falls back to the one-call path, which
+    loads the script.
+    """
+
+    def __init__(
+        self, client: Redis, *, max_batch: int = 64, timeout_s: float = SEND_TIMEOUT_S
+    ) -> None:
+        self._client = client
+        self._queue: list[_Call] = []
+        self._inflight: list[_Call] = []
+        self._sending = False
+        self._max_batch = max_batch
+        self._timeout_s = timeout_s
+        self.round_trips = 0  # pipelines and single calls sent (for the benches)
+        self.calls = 0
+
+    async def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        call = _Call(script, keys, args)
+        self._queue.append(call)
+        self.calls += 1
+        # Shielded and bounded: a call handed to Redis is always waited for, so a
+        # claim taken just before shutdown reaches the caller (which releases it).
+        deadline = anyio.current_time() + self._timeout_s
+        with anyio.CancelScope(shield=True, deadline=deadline):
+            if not self._sending:
+                await self._send_as_sender()
+            await call.done.wait()
+        if not call.done.is_set():
+            raise DependencyUnavailable(f"redis ledger script {script.name} timed out")
+        if call.error is not None:
+            raise call.error
+        return call.reply
+
+    async def _send_as_sender(self) -> None:
+        self._sending = True
+        try:
+            await anyio.lowlevel.checkpoint()
+            while self._queue:
+                self._inflight = self._queue[: self._max_batch]
+                del self._queue[: self._max_batch]
+                await self._send(self._inflight)
+        finally:
+            self._sending = False
+            stranded = [c for c in (*self._inflight, *self._queue) if not c.done.is_set()]
+            self._inflight, self._queue = [], []
+            for call in stranded:
+                call.error = DependencyUnavailable("redis ledger call was not sent in time")
+                call.done.set()
+
+    async def _send(self, batch: list[_Call]) -> None:
+        self.round_trips += 1
+        try:
+            if len(batch) == 1:
+                replies: list[Any] = [await self._one(batch[0])]
+            else:
+                replies = await self._pipeline(batch)
+        except Exception as exc:  # noqa: BLE001 - handed to every caller of the batch
+            replies = [exc] * len(batch)
+        for call, reply in zip(batch, replies, strict=True):
+            outcome = reply
+            if isinstance(reply, NoScriptError):
+                try:
+                    outcome = await self._one(call)
+                except Exception as exc:  # noqa: BLE001 - handed to its caller
+                    outcome = exc
+            if isinstance(outcome, Exception):
+                call.error = outcome
+            else:
+                call.reply = outcome
+            call.done.set()
+
+    async def _one(self, call: _Call) -> Any:
+        return await call.script(self._client, call.keys, call.args)
+
+    async def _pipeline(self, batch: list[_Call]) -> list[Any]:
+        with translated("ledger pipeline"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for call in batch:
+                    pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+                replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return [
+            DependencyUnavailable(f"redis ledger script failed: {r}")
+            if isinstance(r, Exception) and not isinstance(r, NoScriptError)
+            else r
+            for r in replies
+        ]
 
 
 def load_script(name: str) -> LuaScript:
@@ -105,6 +216,7 @@ class RedisInvocationLedger:
 
     def __init__(self, client: Redis, *, acked_ttl_s: int = ACKED_TTL_S) -> None:
         self._client = client
+        self._batcher = ScriptBatcher(client)
         self._ttl = str(acked_ttl_s)
         self._begin = load_script("begin")
         self._finish = load_script("finish")
@@ -126,7 +238,7 @@ class RedisInvocationLedger:
         for claim in request.claims:
             args += [claim.field, str(claim.max_attempts), str(claim.lease_ms)]
         args += request.gates
-        classified, statuses, settled = await self._begin(self._client, keys, args)
+        classified, statuses, settled = await self._batcher.call(self._begin, keys, args)
         return BeginResult(
             newly_classified=int(classified) == 1,
             statuses=tuple(
@@ -150,10 +262,10 @@ class RedisInvocationLedger:
             kind, arg = _transition_args(report.transition)
             args += [report.field, str(report.attempt), kind, arg, report.error]
         args += request.gates
-        settled, rejected = await self._finish(self._client, keys, args)
+        settled, rejected = await self._batcher.call(self._finish, keys, args)
         return _settlement(settled, tuple(_text(r) for r in rejected))
 
     async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
         keys, args = self._head(request.context, False)
         args = [*args[:-1], request.reason, request.event]
-        return _settlement(await self._malformed(self._client, keys, args))
+        return _settlement(await self._batcher.call(self._malformed, keys, args))
