@@ -280,6 +280,8 @@ async def remove_container(container: Any) -> None:
         except aiodocker.DockerError as exc:
             if exc.status not in (404, 409):
                 log.warning("container_remove_failed", container=container.id, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a failed backstop must never stop the worker
+            log.warning("container_remove_failed", container=container.id, error=repr(exc))
 
 
 def _split_lines(buffer: bytearray, keep: int) -> tuple[list[bytes], bytearray]:
