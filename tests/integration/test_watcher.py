@@ -116,6 +116,7 @@ async def test_the_periodic_pass_catches_a_change_the_watch_missed(tmp_path: Pat
         clock=FakeClock(),
         publish=publish,
     )
+
     async def drop(_name: str) -> None:  # every watch event is lost
         return None
 
