@@ -182,6 +182,9 @@ class DockerContainerRuntime:
             error = f"the container's process exited (exit code {exit_code})"
         except ProtocolError as exc:
             reason, error = DISCARD_PROTOCOL_ERROR, f"protocol error: {exc}"
+        except Exception as exc:  # noqa: BLE001 - the attachment broke in a way we did not foresee
+            log.warning("container_stream_failed", function=request.function, error=repr(exc))
+            reason, error = DISCARD_PROTOCOL_ERROR, f"lost the container's stream: {exc!r}"
         except BaseException:
             # cancelled mid-request (shutdown): the container's state is unknown
             pool.discard_busy(container, DISCARD_SHUTDOWN)
