@@ -245,3 +245,27 @@ def test_match_does_not_need_buildable_source(tmp_path: Path) -> None:
     )
     result = run("function", "match", str(node), "--event", '{"a": 1}')
     assert result.stdout.splitlines()[0] == "match  welcome  handler.main"
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "functions"
+SPEC_EVENT = {
+    "event_id": "evt_123",
+    "event_name": "INSERT",
+    "table_name": "users",
+    "new_image": {"id": "user_123", "name": "John Doe", "email": "john@example.com"},
+}
+
+
+def test_the_shipped_examples_validate() -> None:
+    result = run("function", "validate", str(EXAMPLES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok user-events-python" in result.stdout.splitlines()
+
+
+def test_the_spec_example_event_matches_both_example_functions() -> None:
+    result = run("function", "match", str(EXAMPLES), "--event", json.dumps(SPEC_EVENT))
+    assert result.returncode == 0
+    lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
+    assert "match user-events-python events.created.handler" in lines
+    assert "match welcome-email-node handler.handler" in lines
+    assert sum(line.startswith("match ") for line in lines) == 2
