@@ -179,18 +179,25 @@ def test_node_dependency_dockerfile_installs_into_app() -> None:
     assert "COPY package.json package-lock.json /app/" in text
 
 
-def test_function_dockerfile() -> None:
+def test_runtime_environment_and_workdir_live_in_the_dependency_image() -> None:
+    text = render_dependency_dockerfile(PY, plan_python_dependencies({}))
+    assert 'ENV PYTHONDONTWRITEBYTECODE="1" PYTHONUNBUFFERED="1"' in text.splitlines()
+    assert "WORKDIR /app" in text.splitlines()
+
+
+def test_function_dockerfile_is_one_copy_and_the_command() -> None:
     text = render_function_dockerfile(
-        PY, "relay-dep-python3.14-abc", plan_node_function({}, ()), "/relay/bootstrap.py",
-        ["python", "-u", "/relay/bootstrap.py"],
+        "relay-dep-python3.14-abc", plan_node_function({}, ()), ["python", "-u", "/relay/b.py"]
     )
-    lines = text.splitlines()
-    assert lines[0] == "FROM relay-dep-python3.14-abc"
-    assert 'ENV PYTHONDONTWRITEBYTECODE="1"' in lines
-    assert "WORKDIR /app" in lines
-    assert "COPY app/ /app/" in lines
-    assert "COPY bootstrap/ /relay/" in lines
-    assert lines[-1] == 'CMD ["python", "-u", "/relay/bootstrap.py"]'
+    assert text.splitlines() == [
+        "FROM relay-dep-python3.14-abc",
+        "COPY root/ /",
+        'CMD ["python", "-u", "/relay/b.py"]',
+    ]
+    ts = render_function_dockerfile(
+        "dep", plan_node_function({"h.ts": b""}, ("h",)), ["node", "/relay/bootstrap.mjs"]
+    )
+    assert ts.splitlines()[2].startswith('RUN ["/bin/sh", "-c", "set -e && npm install')
 
 
 def test_app_files_leave_out_the_template_and_add_injected_files() -> None:
@@ -204,7 +211,14 @@ def test_contexts_are_tars_readable_by_everyone() -> None:
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         members = {m.name: m for m in archive.getmembers()}
     assert set(members) == {
-        "Dockerfile", "app", "bootstrap", "bootstrap/boot.py", "app/a", "app/a/b.py", "app/c.txt",
+        "Dockerfile",
+        "root",
+        "root/app",
+        "root/relay",
+        "root/relay/boot.py",
+        "root/app/a",
+        "root/app/a/b.py",
+        "root/app/c.txt",
     }
     for member in members.values():
         assert member.uid == 0
