@@ -372,6 +372,7 @@ async def test_reverting_a_broken_edit_restores_success_without_a_new_version(
     assert good is not None
     world.write("fn", template="runtime: cobol\n")
     assert await world.send(ReconcileFunction(name="fn")) == FAILED
+    world.clock.advance(60)
     world.write("fn", code="v1")
     assert await world.send(ReconcileFunction(name="fn")) == PREPARED
     again = world.registry.get("fn")
@@ -380,6 +381,9 @@ async def test_reverting_a_broken_edit_restores_success_without_a_new_version(
     assert again.prepared_at == good.prepared_at
     assert len(world.builder.builds) == 1
     assert len(world.of(FunctionPrepared)) == 2  # success is recorded again
+    confirmed = world.of(FunctionPrepared)[-1]
+    assert confirmed.prepared_at == good.prepared_at
+    assert confirmed.at == world.clock.now()
 
 
 async def test_images_of_a_function_deleted_while_down_are_retired_at_the_first_pass(

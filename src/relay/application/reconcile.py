@@ -249,7 +249,7 @@ class Reconciler:
             and name not in self._failures
         ):
             return UNCHANGED
-        now = self._clock.now()
+        at = now = self._clock.now()
         if current is not None and current.fingerprint == image.fingerprint:
             now = current.prepared_at or now  # the same version again (after a failure)
         capacity = self._slots.effective(template.concurrency)
@@ -287,6 +287,7 @@ class Reconciler:
                     built=image.built,
                     prepared_at=now,
                     summary=summarize(template),
+                    at=at,
                 )
             ]
         )

@@ -100,7 +100,9 @@ class FunctionSkipped(DomainEvent, frozen=True, kw_only=True):
 class FunctionPrepared(DomainEvent, frozen=True, kw_only=True):
     """A version of ``name`` is ready and now serving (``built`` is False when an
     existing image for the fingerprint was reused). ``fingerprint`` is the full
-    64-hex SHA-256 of the selected source."""
+    64-hex SHA-256 of the selected source. ``at`` is when this reconcile
+    succeeded; it differs from ``prepared_at`` when a version that was already
+    serving is confirmed again after a failure (None: the same as ``prepared_at``)."""
 
     name: str
     directory: str
@@ -111,6 +113,7 @@ class FunctionPrepared(DomainEvent, frozen=True, kw_only=True):
     built: bool
     prepared_at: float
     summary: FunctionSummary
+    at: float | None = None
 
 
 class FunctionReconcileFailed(DomainEvent, frozen=True, kw_only=True):

@@ -117,9 +117,9 @@ class SqliteStateView:
             "dependency_image": event.dependency_image,
             "prepared_at": rfc3339(event.prepared_at),
             "last_reconcile_status": "success",
-            "last_reconcile_at": rfc3339(event.prepared_at),
+            "last_reconcile_at": rfc3339(event.at or event.prepared_at),
         }
-        await self._write(event.name, row, event.prepared_at)
+        await self._write(event.name, row, event.at or event.prepared_at)
 
     async def on_failed(self, event: FunctionReconcileFailed) -> None:
         row = dict(self._rows.get(event.name, {"name": event.name}))
