@@ -145,3 +145,37 @@ async def test_a_functions_dir_created_after_start_is_picked_up(tmp_path: Path) 
         (functions / "fn").mkdir(parents=True)
         await eventually(lambda: recorder.passes >= 3)
         tg.cancel_scope.cancel()
+
+
+def test_changed_paths_map_to_their_function(tmp_path: Path) -> None:
+    async def nothing(*_args: object) -> None:
+        return None
+
+    watcher = FunctionsWatcher(tmp_path, nothing, nothing)
+    assert watcher.function_of(str(tmp_path / "fn" / "a" / "b" / "c.py")) == "fn"
+    assert watcher.function_of(str(tmp_path / "fn")) == "fn"
+    assert watcher.function_of(str(tmp_path / ".git" / "HEAD")) is None
+    assert watcher.function_of(str(tmp_path)) is None
+    assert watcher.function_of("/elsewhere/fn/x.py") is None
+
+
+async def test_a_constant_stream_of_changes_still_reconciles(tmp_path: Path) -> None:
+    functions = tmp_path / "functions"
+    (functions / "fn").mkdir(parents=True)
+    recorder = Recorder()
+    watcher = FunctionsWatcher(
+        functions,
+        recorder.on_change,
+        recorder.on_full_pass,
+        debounce_s=0.3,
+        max_delay_s=0.6,
+        full_pass_s=3600,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(watcher.run)
+        end = anyio.current_time() + 2.0
+        while anyio.current_time() < end and not recorder.changes:
+            watcher.notice("fn")  # never quiet for the debounce
+            await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()
+    assert recorder.changes[:1] == ["fn"]
