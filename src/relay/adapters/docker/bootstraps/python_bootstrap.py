@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import faulthandler
 import importlib
 import inspect
 import json
 import os
 import select
+import signal
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -87,8 +87,9 @@ def _serve_one(line: bytes, frames_fd: int) -> None:
     env["RELAY_HANDLER"] = handler
     saved: dict[str, object] = {}
     # Backstop deadline inside the container: if Relay is gone (killed) and the
-    # handler hangs, the process exits by itself at timeout + grace.
-    faulthandler.dump_traceback_later(timeout_s + GRACE_S, exit=True, file=sys.stderr)
+    # handler hangs, the kernel ends the process at timeout + grace (SIGALRM's
+    # default action; no Python code, so it works even inside blocking C code).
+    signal.setitimer(signal.ITIMER_REAL, timeout_s + GRACE_S)
     ok, error = True, ""
     try:
         for key, value in env.items():
@@ -102,7 +103,7 @@ def _serve_one(line: bytes, frames_fd: int) -> None:
         traceback.print_exc()
         ok, error = False, _describe(exc)
     finally:
-        faulthandler.cancel_dump_traceback_later()
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for key, old in saved.items():
             with contextlib.suppress(ValueError):
                 if old is _MISSING:
@@ -124,6 +125,9 @@ def main() -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
+    # the default action of SIGALRM terminates the process: the request deadline
+    # (the bootstrap is not PID 1: the container runs a tiny init)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
     if APP_DIR not in sys.path:
         sys.path.insert(0, APP_DIR)
     buffer = b""
