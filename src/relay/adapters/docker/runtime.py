@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -61,6 +62,14 @@ def _stdout_line(line: str) -> None:
 
 def _ignore(_: DomainEvent) -> None:
     return None
+
+
+@dataclass(frozen=True)
+class _Ran:
+    ok: bool
+    error: str
+    reason: str | None
+    exit_code: int | None = None
 
 
 class DockerContainerRuntime:
@@ -161,38 +170,18 @@ class DockerContainerRuntime:
         self._dispose(pool.evict_idle(self._idle_timeout_s, time.monotonic()))
         if self._task_group is None:
             await self._remove_pending()
-        container = await self._lease(pool)
-        while container.exited():
-            # died while idle (killed, out of memory, its own deadline): not this
-            # event's fault, so it never runs on it
-            pool.discard_busy(container, DISCARD_PROCESS_EXIT)
-            await container.destroy()
-            container = await self._lease(pool)
-        timeout_s = clamp_timeout_ns(request.timeout_ns) / 1e9
+        container = await self._lease_live(pool)
         begun = time.monotonic()
-        ok, error, exit_code, reason = False, "", None, None
         try:
-            with anyio.move_on_after(timeout_s) as scope:
-                ok, error = await container.call(request, timeout_s, self._output)
-            if scope.cancelled_caught:
-                reason, error = DISCARD_TIMEOUT, f"timed out after {timeout_s:g}s"
-        except ProcessExited:
-            reason = DISCARD_PROCESS_EXIT
-            exit_code = await container.exit_code()
-            error = f"the container's process exited (exit code {exit_code})"
-        except ProtocolError as exc:
-            reason, error = DISCARD_PROTOCOL_ERROR, f"protocol error: {exc}"
-        except Exception as exc:  # noqa: BLE001 - the attachment broke in a way we did not foresee
-            log.warning("container_stream_failed", function=request.function, error=repr(exc))
-            reason, error = DISCARD_PROTOCOL_ERROR, f"lost the container's stream: {exc!r}"
+            ran = await self._run(container, request)
         except BaseException:
             # cancelled mid-request (shutdown): the container's state is unknown
             pool.discard_busy(container, DISCARD_SHUTDOWN)
             await container.destroy()
             raise
         duration = time.monotonic() - begun
+        reason = ran.reason
         if reason is not None:
-            ok = False
             pool.discard_busy(container, reason)
         else:
             reason = pool.release(container)
@@ -208,12 +197,42 @@ class DockerContainerRuntime:
             del self._pools[request.function]
         await self._flush_events()
         return InvocationResult(
-            ok=ok,
-            error="" if ok else failure_message(request.function, request.handler, error),
-            exit_code=exit_code,
+            ok=ran.ok,
+            error="" if ran.ok else failure_message(request.function, request.handler, ran.error),
+            exit_code=ran.exit_code,
             duration_s=duration,
             discarded=reason,
         )
+
+    async def _run(self, container: ExecutionContainer, request: InvocationRequest) -> _Ran:
+        """One request on a leased container; ``reason`` set when it must be discarded."""
+        timeout_s = clamp_timeout_ns(request.timeout_ns) / 1e9
+        try:
+            with anyio.move_on_after(timeout_s) as scope:
+                ok, error = await container.call(request, timeout_s, self._output)
+        except ProcessExited:
+            code = await container.exit_code()
+            detail = "the container's process exited"
+            detail += f" with code {code}" if code is not None else ""
+            return _Ran(False, detail, DISCARD_PROCESS_EXIT, code)
+        except ProtocolError as exc:
+            return _Ran(False, f"protocol error: {exc}", DISCARD_PROTOCOL_ERROR)
+        except Exception as exc:  # noqa: BLE001 - the attachment broke in a way we did not foresee
+            log.warning("container_stream_failed", function=request.function, error=repr(exc))
+            return _Ran(False, f"lost the container's stream: {exc!r}", DISCARD_PROTOCOL_ERROR)
+        if scope.cancelled_caught:
+            return _Ran(False, f"timed out after {timeout_s:g}s", DISCARD_TIMEOUT)
+        return _Ran(ok, error, None)
+
+    async def _lease_live(self, pool: FunctionPool) -> ExecutionContainer:
+        container = await self._lease(pool)
+        while container.exited():
+            # died while idle (killed, out of memory, its own deadline): not this
+            # event's fault, so it never runs on it
+            pool.discard_busy(container, DISCARD_PROCESS_EXIT)
+            await container.destroy()
+            container = await self._lease(pool)
+        return container
 
     # --- internals ------------------------------------------------------------------------
     def _observe(self, event: DomainEvent) -> None:
