@@ -80,6 +80,7 @@ class Composition:
 
     bus: MessageBus
     registry: FunctionRegistry
+    reconciler: Reconciler
     health: WorkerHealth
 
 
@@ -147,7 +148,7 @@ def compose(
     control = ControlHandlers(pools=runtime, stats=stats, health=health)
     for kind, handler in control.table().items():
         bus.register(kind, handler)
-    return Composition(bus=bus, registry=registry, health=health)
+    return Composition(bus=bus, registry=registry, reconciler=reconciler, health=health)
 
 
 @dataclass
@@ -243,7 +244,9 @@ async def build_worker(
         subscribe(bus, metrics)
         metrics.watch_pools(lambda: _pool_snapshots(runtime))
         state_view = SqliteStateView(paths.database)
-        await state_view.open()
+        # Functions the previous process served: those deleted while Relay was down
+        # get their images retired by the first full pass.
+        composition.reconciler.add_leftovers(await state_view.open())
         stack.push_async_callback(_shielded(state_view.aclose))
         state_view.subscribe(bus)
         await stack.enter_async_context(runtime)  # containers are discarded on exit
