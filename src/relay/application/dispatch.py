@@ -28,12 +28,17 @@ import msgspec
 import structlog
 
 from relay.application.bus import Outcome
+from relay.application.dispatch_events import (
+    newly_exhausted_events,
+    outcome_name,
+    pending_reason,
+    settlement_events,
+)
 from relay.application.environment import resolve_environment
 from relay.application.ports import Clock, EventStream, InvocationLedger, SecretStore, TokenSource
 from relay.domain.commands import DispatchMessage
 from relay.domain.errors import DependencyUnavailable, RelayError
 from relay.domain.events import (
-    DeadLetterWriteFailed,
     EventClassified,
     InvocationDeferred,
     InvocationExhausted,
@@ -41,8 +46,6 @@ from relay.domain.events import (
     InvocationFenced,
     InvocationStarted,
     InvocationSucceeded,
-    MessageAcknowledged,
-    MessageDeadLettered,
     MessageKeptPending,
 )
 from relay.domain.execution import (
@@ -63,10 +66,7 @@ from relay.domain.invocation import (
 )
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import (
-    BACKOFF,
     CLAIMED,
-    EXHAUSTED,
-    PLACEHOLDER,
     AttemptReport,
     BeginRequest,
     ClaimRequest,
@@ -79,7 +79,6 @@ from relay.domain.outcome import (
     exhaustion_reason,
     inspect_payload,
     rfc3339,
-    split_field,
     unique_in_order,
 )
 from relay.domain.template import EventRule, Template
@@ -90,36 +89,6 @@ _log = structlog.get_logger(__name__)
 # grace and the round trips around the run.
 LEASE_GRACE_MS = 5_000
 _CLEANUP_S = 5.0
-
-
-class FunctionView(Protocol):
-    """What the dispatcher reads of a catalog function (``ActiveFunction``)."""
-
-    @property
-    def template(self) -> Template: ...
-
-    @property
-    def image(self) -> str | None: ...
-
-
-class RuleMatchView(Protocol):
-    @property
-    def function(self) -> str: ...
-
-    @property
-    def rule(self) -> EventRule: ...
-
-
-class RuleMatcher(Protocol):
-    def match(self, event: Mapping[str, object], now: float) -> list[Any]: ...
-
-
-class CatalogView(Protocol):
-    @property
-    def index(self) -> RuleMatcher: ...
-
-    @property
-    def functions(self) -> Mapping[str, Any]: ...
 
 
 class CatalogSource(Protocol):
@@ -273,11 +242,12 @@ class MessageDispatcher:
             events.append(
                 EventClassified(message_id=ctx.message_id, matched=bool(plan), functions=functions)
             )
-        events += _newly_exhausted(ctx.message_id, started.statuses)
+        events += newly_exhausted_events(ctx.message_id, started.statuses)
         claimed = [s for s in started.statuses if s.status == CLAIMED]
         if not claimed:
             settlement = started.settlement
-            outcome = _outcome(settlement, bool(plan), _pending_reason(started.statuses, blocked))
+            waiting = pending_reason(started.statuses, blocked)
+            outcome = outcome_name(settlement, bool(plan), waiting)
             events += settlement_events(ctx.message_id, settlement, outcome=outcome)
             return Outcome(self._report(ctx, settlement.acknowledged, outcome), events)
         return await self._execute(
@@ -332,8 +302,8 @@ class MessageDispatcher:
                 )
             else:
                 events += run.events
-        fallback = _pending_reason(statuses, blocked, [r.report for r in runs])
-        outcome = _outcome(settled, True, fallback)
+        fallback = pending_reason(statuses, blocked, [r.report for r in runs])
+        outcome = outcome_name(settled, True, fallback)
         events += settlement_events(ctx.message_id, settled, outcome=outcome)
         return Outcome(self._report(ctx, settled.acknowledged, outcome), events)
 
@@ -444,86 +414,3 @@ def _result_event(
         )
     log.error("invocation_exhausted")
     return InvocationExhausted(**common, error=result.error, exit_code=result.exit_code)
-
-
-def _newly_exhausted(message_id: str, statuses: tuple[ClaimStatus, ...]) -> list[DomainEvent]:
-    events: list[DomainEvent] = []
-    for s in statuses:
-        if s.status == EXHAUSTED and s.newly:
-            fn, handler = split_field(s.field)
-            error = f"attempt {s.attempt} did not finish before its deadline"
-            _log.error("invocation_exhausted", function=fn, handler=handler, error=error)
-            events.append(
-                InvocationExhausted(
-                    function=fn,
-                    handler=handler,
-                    message_id=message_id,
-                    attempt=s.attempt,
-                    duration_s=0.0,
-                    error=error,
-                )
-            )
-    return events
-
-
-def _pending_reason(
-    statuses: tuple[ClaimStatus, ...],
-    blocked: bool,
-    reports: list[AttemptReport] | None = None,
-) -> str:
-    if any(isinstance(r.transition, Release) for r in reports or ()):
-        return "deferred"
-    if blocked:
-        return "building"
-    if any(isinstance(r.transition, Retry) for r in reports or ()):
-        return "retrying"
-    if any(s.status == BACKOFF for s in statuses):
-        return "retrying"
-    return "in_progress"
-
-
-def _outcome(settlement: Settlement, matched: bool, pending_reason: str) -> str:
-    if not settlement.acknowledged:
-        return "dlq_failed" if settlement.dlq_error else pending_reason
-    if settlement.dead_lettered or not matched:
-        return "dead_lettered" if settlement.dead_lettered else "unmatched"
-    return "completed"
-
-
-def settlement_events(
-    message_id: str, settlement: Settlement | None, *, outcome: str
-) -> list[DomainEvent]:
-    """The events of how a ledger call left the message."""
-    events: list[DomainEvent] = []
-    if settlement is None:
-        events.append(MessageKeptPending(message_id=message_id, reason=outcome))
-        return events
-    for entry in settlement.dead_lettered:
-        fn, handler = (
-            (PLACEHOLDER, PLACEHOLDER) if entry.field == PLACEHOLDER else split_field(entry.field)
-        )
-        _log.error(
-            "message_dead_lettered",
-            message_id=message_id,
-            function=fn,
-            handler=handler,
-            entry_id=entry.entry_id,
-        )
-        events.append(
-            MessageDeadLettered(
-                function=fn,
-                handler=handler,
-                message_id=message_id,
-                entry_id=entry.entry_id,
-                handler_attempts=entry.attempt,
-                reason=entry.reason,
-            )
-        )
-    if settlement.dlq_error:
-        _log.error("dead_letter_write_failed", message_id=message_id, error=settlement.dlq_error)
-        events.append(DeadLetterWriteFailed(message_id=message_id, error=settlement.dlq_error))
-    if settlement.acknowledged:
-        events.append(MessageAcknowledged(message_id=message_id, outcome=outcome))
-    else:
-        events.append(MessageKeptPending(message_id=message_id, reason=outcome))
-    return events

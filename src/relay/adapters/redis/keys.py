@@ -6,6 +6,7 @@ name can never make two keys collide.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import quote
@@ -15,7 +16,9 @@ from redis.exceptions import NoScriptError, RedisError
 from relay.domain.errors import DependencyUnavailable
 
 
+@functools.lru_cache(maxsize=64)
 def _enc(name: str) -> str:
+    # Stream and group names are few and fixed: percent-encode each once.
     return quote(name, safe="")
 
 

@@ -1,0 +1,113 @@
+"""The domain events of one dispatch: how the ledger left the message and why.
+
+Split from :mod:`relay.application.dispatch` so the use case reads as its steps.
+Names and fields of the events are documented in :mod:`relay.domain.events`.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from relay.domain.events import (
+    DeadLetterWriteFailed,
+    InvocationExhausted,
+    MessageAcknowledged,
+    MessageDeadLettered,
+    MessageKeptPending,
+)
+from relay.domain.invocation import Release, Retry
+from relay.domain.messages import DomainEvent
+from relay.domain.outcome import (
+    BACKOFF,
+    EXHAUSTED,
+    PLACEHOLDER,
+    AttemptReport,
+    ClaimStatus,
+    Settlement,
+    split_field,
+)
+
+_log = structlog.get_logger("relay.application.dispatch")
+
+
+def newly_exhausted_events(message_id: str, statuses: tuple[ClaimStatus, ...]) -> list[DomainEvent]:
+    events: list[DomainEvent] = []
+    for s in statuses:
+        if s.status == EXHAUSTED and s.newly:
+            fn, handler = split_field(s.field)
+            error = f"attempt {s.attempt} did not finish before its deadline"
+            _log.error("invocation_exhausted", function=fn, handler=handler, error=error)
+            events.append(
+                InvocationExhausted(
+                    function=fn,
+                    handler=handler,
+                    message_id=message_id,
+                    attempt=s.attempt,
+                    duration_s=0.0,
+                    error=error,
+                )
+            )
+    return events
+
+
+def pending_reason(
+    statuses: tuple[ClaimStatus, ...],
+    blocked: bool,
+    reports: list[AttemptReport] | None = None,
+) -> str:
+    if any(isinstance(r.transition, Release) for r in reports or ()):
+        return "deferred"
+    if blocked:
+        return "building"
+    if any(isinstance(r.transition, Retry) for r in reports or ()):
+        return "retrying"
+    if any(s.status == BACKOFF for s in statuses):
+        return "retrying"
+    return "in_progress"
+
+
+def outcome_name(settlement: Settlement, matched: bool, pending_reason: str) -> str:
+    if not settlement.acknowledged:
+        return "dlq_failed" if settlement.dlq_error else pending_reason
+    if settlement.dead_lettered or not matched:
+        return "dead_lettered" if settlement.dead_lettered else "unmatched"
+    return "completed"
+
+
+def settlement_events(
+    message_id: str, settlement: Settlement | None, *, outcome: str
+) -> list[DomainEvent]:
+    """The events of how a ledger call left the message."""
+    events: list[DomainEvent] = []
+    if settlement is None:
+        events.append(MessageKeptPending(message_id=message_id, reason=outcome))
+        return events
+    for entry in settlement.dead_lettered:
+        fn, handler = (
+            (PLACEHOLDER, PLACEHOLDER) if entry.field == PLACEHOLDER else split_field(entry.field)
+        )
+        _log.error(
+            "message_dead_lettered",
+            message_id=message_id,
+            function=fn,
+            handler=handler,
+            entry_id=entry.entry_id,
+        )
+        events.append(
+            MessageDeadLettered(
+                function=fn,
+                handler=handler,
+                message_id=message_id,
+                entry_id=entry.entry_id,
+                handler_attempts=entry.attempt,
+                reason=entry.reason,
+            )
+        )
+    if settlement.dlq_error:
+        _log.error("dead_letter_write_failed", message_id=message_id, error=settlement.dlq_error)
+        events.append(DeadLetterWriteFailed(message_id=message_id, error=settlement.dlq_error))
+    if settlement.acknowledged:
+        events.append(MessageAcknowledged(message_id=message_id, outcome=outcome))
+    else:
+        events.append(MessageKeptPending(message_id=message_id, reason=outcome))
+    return events
