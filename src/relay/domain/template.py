@@ -14,6 +14,7 @@ from typing import Any, Literal
 import msgspec
 
 from relay.domain import template_rules as rules
+from relay.domain import template_services
 from relay.domain.durations import MINUTE, SECOND
 from relay.domain.errors import TemplateError
 from relay.domain.patterns import CompiledPattern
@@ -234,7 +235,9 @@ def _services(raw: object, runtime: str | None, problems: list[str]) -> tuple[Se
     for i, item in rules.entries(raw, "services", problems):
         where = f"services[{i}]"
         rules.check_keys(item, keys, where, problems)
-        service = rules.service(item, runtime, where, DEFAULT_PORT, DEFAULT_REPLICAS, problems)
+        service = template_services.service(
+            item, runtime, where, DEFAULT_PORT, DEFAULT_REPLICAS, problems
+        )
         if service is None:
             continue
         kind, source, port, replicas, host, path = service
