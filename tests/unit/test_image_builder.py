@@ -14,7 +14,8 @@ import anyio.lowlevel
 import pytest
 from aiodocker.exceptions import DockerError
 
-from relay.adapters.docker.images import CappedOutput, DockerImageBuilder
+from relay.adapters.docker.build_output import CappedOutput
+from relay.adapters.docker.images import DockerImageBuilder
 from relay.adapters.fs.templates import load_template
 from relay.domain.errors import BuildError
 
@@ -276,7 +277,9 @@ async def test_dependency_images_go_with_their_last_function_image(
     fn = await prepare(builder, "fn", function_dir(tmp_path, "fn", {"requirements.txt": "x"}))
     unlabelled = "sha256:" + "f" * 64
     engine.images.by_id[unlabelled] = {
-        "Id": unlabelled, "RepoTags": ["relay-dep-python3.14-0000:latest"], "Labels": {}
+        "Id": unlabelled,
+        "RepoTags": ["relay-dep-python3.14-0000:latest"],
+        "Labels": {},
     }
     assert await builder.collect_dependency_images() == []
     assert await builder.retire("fn", keep=[]) == [fn.image]

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import io
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,12 @@ import structlog
 from aiodocker.exceptions import DockerError, DockerStreamError
 
 from relay.adapters.docker.bootstraps import BOOTSTRAP_VERSION, bootstrap_command, bootstrap_source
+from relay.adapters.docker.build_output import (
+    OUTPUT_CAP_BYTES,
+    CappedOutput,
+    last_line,
+    record_chunk,
+)
 from relay.adapters.docker.dockerfiles import (
     app_files,
     dependency_context,
@@ -44,45 +51,32 @@ from relay.domain.source import fingerprint, image_tag
 
 log = structlog.get_logger(__name__)
 
-OUTPUT_CAP_BYTES = 1024 * 1024
 DEPENDENCY_TAG_HEX = 16
 _NOT_FOUND = 404
 _CONFLICT = 409
 
 
-class CappedOutput:
-    """The tail of a build log, at most ``cap`` bytes, with a marker saying how
-    much was dropped from the front (the end of a log holds the error)."""
+@dataclass(frozen=True)
+class _Plan:
+    """One function version's build, fully decided."""
 
-    def __init__(self, cap: int = OUTPUT_CAP_BYTES) -> None:
-        self._cap = cap
-        self._parts: deque[str] = deque()
-        self._size = 0
-        self._dropped = 0
+    image: FunctionImage
+    runtime: Runtime
+    dependencies: DependencyPlan
+    dependency_tag: str
+    dependency_dockerfile: str
+    dockerfile: str
+    files: Mapping[str, bytes]
+    bootstrap: tuple[str, bytes]
+    labels: Mapping[str, str]
+    notes: tuple[str, ...]
 
-    def add(self, text: str) -> None:
-        if not text:
-            return
-        self._parts.append(text)
-        self._size += len(text.encode())
-        while self._size > self._cap and self._parts:
-            head = self._parts.popleft()
-            size = len(head.encode())
-            excess = self._size - self._cap
-            if size > excess:  # keep the end of a part that straddles the cap
-                kept = head.encode()[excess:].decode(errors="ignore")
-                self._parts.appendleft(kept)
-                self._size = self._size - size + len(kept.encode())
-                self._dropped += size - len(kept.encode())
-                break
-            self._size -= size
-            self._dropped += size
+    @property
+    def recipe(self) -> str:
+        return self.labels["relay.build"]
 
-    def text(self) -> str:
-        body = "".join(self._parts)
-        if self._dropped:
-            return f"[... {self._dropped} bytes of earlier build output truncated ...]\n{body}"
-        return body
+    def context(self) -> bytes:
+        return function_context(self.dockerfile, self.files, *self.bootstrap)
 
 
 class DockerImageBuilder:
@@ -126,6 +120,27 @@ class DockerImageBuilder:
     async def _prepare(
         self, function: str, directory: Path, template: BuildTemplate
     ) -> FunctionImage:
+        plan = await self._plan(function, directory, template)
+        tag, dep_tag = plan.image.image, plan.dependency_tag
+        async with self._lock(tag):
+            existing = await self._inspect(tag)
+            if existing is not None and _labels_of(existing).get("relay.build") == plan.recipe:
+                log.info("function_image_reused", function=function, image=tag)
+                return plan.image
+            pins = [_normal(tag), _normal(dep_tag)]
+            self._pinned.update(pins)
+            try:
+                await self._ensure_dependency(plan)
+                await self._build(
+                    tag, plan.context(), plan.labels, kind="function", notes=plan.notes
+                )
+            finally:
+                self._pinned.subtract(pins)
+        return msgspec.structs.replace(plan.image, built=True)
+
+    async def _plan(self, function: str, directory: Path, template: BuildTemplate) -> _Plan:
+        """Everything a build needs, decided before any build starts (so a project
+        error never leaves a half-built dependency image behind)."""
         runtime = self._runtime(template.runtime)
         sources = await anyio.to_thread.run_sync(_read, directory)
         fp = fingerprint(sources)
@@ -133,15 +148,11 @@ class DockerImageBuilder:
             tag = image_tag(function, fp)
         except ValueError as exc:
             raise BuildError(str(exc)) from None
-        files = app_files(sources)
-        dep_plan = runtime.plan_dependencies(files)
-        fn_plan = runtime.plan_function(files, handler_modules(template))
-        files = app_files(sources, fn_plan)
-        dep_tag, dep_dockerfile = await self._dependency_recipe(runtime, dep_plan)
+        dependencies = runtime.plan_dependencies(app_files(sources))
+        fn_plan = runtime.plan_function(app_files(sources), handler_modules(template))
+        dep_tag, dep_dockerfile = await self._dependency_recipe(runtime, dependencies)
         boot_path, boot_bytes = bootstrap_source(runtime.name)
-        dockerfile = render_function_dockerfile(
-            dep_tag, fn_plan, bootstrap_command(runtime.name)
-        )
+        dockerfile = render_function_dockerfile(dep_tag, fn_plan, bootstrap_command(runtime.name))
         recipe = fingerprint([("Dockerfile", dockerfile.encode()), (boot_path, boot_bytes)])
         labels = {
             **self._labels,
@@ -153,7 +164,7 @@ class DockerImageBuilder:
             "relay.bootstrap-version": BOOTSTRAP_VERSION,
             "relay.build": recipe[:DEPENDENCY_TAG_HEX],
         }
-        result = FunctionImage(
+        image = FunctionImage(
             function=function,
             runtime=runtime.name,
             fingerprint=fp,
@@ -161,22 +172,18 @@ class DockerImageBuilder:
             dependency_image=dep_tag,
             built=False,
         )
-        async with self._lock(tag):
-            existing = await self._inspect(tag)
-            if existing is not None and _labels_of(existing).get("relay.build") == labels[
-                "relay.build"
-            ]:
-                log.info("function_image_reused", function=function, image=tag)
-                return result
-            pins = [_normal(tag), _normal(dep_tag)]
-            self._pinned.update(pins)
-            try:
-                await self._ensure_dependency(runtime, dep_tag, dep_plan, dep_dockerfile)
-                context = function_context(dockerfile, files, boot_path, boot_bytes)
-                await self._build(tag, context, labels, kind="function", notes=fn_plan.notes)
-            finally:
-                self._pinned.subtract(pins)
-        return msgspec.structs.replace(result, built=True)
+        return _Plan(
+            image=image,
+            runtime=runtime,
+            dependencies=dependencies,
+            dependency_tag=dep_tag,
+            dependency_dockerfile=dep_dockerfile,
+            dockerfile=dockerfile,
+            files=app_files(sources, fn_plan),
+            bootstrap=(boot_path, boot_bytes),
+            labels=labels,
+            notes=fn_plan.notes,
+        )
 
     def _runtime(self, name: str | None) -> Runtime:
         if name is None:
@@ -187,9 +194,7 @@ class DockerImageBuilder:
             known = ", ".join(sorted(self._runtimes))
             raise BuildError(f"unknown runtime {name!r} (supported: {known})") from None
 
-    async def _dependency_recipe(
-        self, runtime: Runtime, plan: DependencyPlan
-    ) -> tuple[str, str]:
+    async def _dependency_recipe(self, runtime: Runtime, plan: DependencyPlan) -> tuple[str, str]:
         dockerfile = render_dependency_dockerfile(runtime, plan)
         parts = [
             ("relay/recipe", b"dependency-v1"),
@@ -204,20 +209,20 @@ class DockerImageBuilder:
         dep_fp = fingerprint(parts)
         return f"relay-dep-{runtime.name}-{dep_fp[:DEPENDENCY_TAG_HEX]}", dockerfile
 
-    async def _ensure_dependency(
-        self, runtime: Runtime, tag: str, plan: DependencyPlan, dockerfile: str
-    ) -> None:
+    async def _ensure_dependency(self, plan: _Plan) -> None:
+        tag = plan.dependency_tag
         async with self._lock(tag):
             if await self._inspect(tag) is not None:
                 return
             labels = {
                 **self._labels,
                 "relay.type": "dependency",
-                "relay.runtime": runtime.name,
+                "relay.runtime": plan.runtime.name,
                 "relay.fingerprint": tag.rsplit("-", 1)[-1],
             }
-            context = dependency_context(dockerfile, plan)
-            await self._build(tag, context, labels, kind="dependency", notes=(plan.kind,))
+            context = dependency_context(plan.dependency_dockerfile, plan.dependencies)
+            kind = plan.dependencies.kind
+            await self._build(tag, context, labels, kind="dependency", notes=(kind,))
 
     async def _build(
         self,
@@ -245,7 +250,7 @@ class DockerImageBuilder:
                         stream=True,
                     )
                     async for chunk in stream:
-                        error = _record(chunk, output) or error
+                        error = record_chunk(chunk, output) or error
             except DockerStreamError as exc:
                 error = exc.message
                 output.add(f"{exc.message}\n")
@@ -260,12 +265,10 @@ class DockerImageBuilder:
                 ) from exc
         if error is not None:
             log.warning("image_build_failed", image=tag, kind=kind, error=error)
-            raise BuildError(f"{kind} image build failed: {_one_line(error)}", output.text())
+            raise BuildError(f"{kind} image build failed: {last_line(error)}", output.text())
         if await self._inspect(tag) is None:
             raise BuildError(f"{kind} image {tag} missing after a build", output.text())
-        log.info(
-            "image_built", image=tag, kind=kind, seconds=round(time.monotonic() - started, 2)
-        )
+        log.info("image_built", image=tag, kind=kind, seconds=round(time.monotonic() - started, 2))
 
     # --- cleanup -----------------------------------------------------------------
     async def retire(self, function: str, keep: Collection[str]) -> list[str]:
@@ -374,17 +377,6 @@ def _read(directory: Path) -> list[tuple[str, bytes]]:
     return read_sources(directory, select_sources(directory))
 
 
-def _record(chunk: Mapping[str, Any], output: CappedOutput) -> str | None:
-    if "stream" in chunk:
-        output.add(str(chunk["stream"]))
-    if "error" in chunk or "errorDetail" in chunk:
-        detail = chunk.get("errorDetail") or {}
-        message = str(detail.get("message") or chunk.get("error") or "unknown error")
-        output.add(f"{message}\n")
-        return message
-    return None
-
-
 def _tags(image: Mapping[str, Any]) -> list[str]:
     return [t for t in (image.get("RepoTags") or []) if t and t != "<none>:<none>"]
 
@@ -401,8 +393,3 @@ def _labels_of(image: Mapping[str, Any]) -> dict[str, str]:
     if labels is None:
         labels = (image.get("Config") or {}).get("Labels")
     return dict(labels or {})
-
-
-def _one_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "unknown error"

@@ -228,4 +228,3 @@ RUNTIMES: Mapping[str, Runtime] = {
         plan_function=plan_node_function,
     ),
 }
-

@@ -1,0 +1,63 @@
+"""Build output kept for diagnostics: the tail of the engine's build stream,
+capped, with a marker saying how much of its beginning was dropped."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+OUTPUT_CAP_BYTES = 1024 * 1024
+
+
+class CappedOutput:
+    """The tail of a build log, at most ``cap`` bytes, with a marker saying how
+    much was dropped from the front (the end of a log holds the error)."""
+
+    def __init__(self, cap: int = OUTPUT_CAP_BYTES) -> None:
+        self._cap = cap
+        self._parts: deque[str] = deque()
+        self._size = 0
+        self._dropped = 0
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        self._parts.append(text)
+        self._size += len(text.encode())
+        while self._size > self._cap and self._parts:
+            head = self._parts.popleft()
+            size = len(head.encode())
+            excess = self._size - self._cap
+            if size > excess:  # keep the end of a part that straddles the cap
+                kept = head.encode()[excess:].decode(errors="ignore")
+                self._parts.appendleft(kept)
+                self._size = self._size - size + len(kept.encode())
+                self._dropped += size - len(kept.encode())
+                break
+            self._size -= size
+            self._dropped += size
+
+    def text(self) -> str:
+        body = "".join(self._parts)
+        if self._dropped:
+            return f"[... {self._dropped} bytes of earlier build output truncated ...]\n{body}"
+        return body
+
+
+def record_chunk(chunk: Mapping[str, Any], output: CappedOutput) -> str | None:
+    """Add one build-stream chunk to ``output``; return its error message, if any."""
+    if "stream" in chunk:
+        output.add(str(chunk["stream"]))
+    if "error" in chunk or "errorDetail" in chunk:
+        detail = chunk.get("errorDetail") or {}
+        message = str(detail.get("message") or chunk.get("error") or "unknown error")
+        output.add(f"{message}\n")
+        return message
+    return None
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text`` (an error's one-line summary)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "unknown error"
