@@ -307,9 +307,11 @@ def test_explain_names_each_failing_condition() -> None:
         ),
         (
             {"n": {"new": {"x": [1]}}},
-            {"n": {}},
+            {"n": {"new": {}}},
             "pattern.n.new.x: missing (expected one of [1])",
         ),
+        ({"n": {"new": {"x": [1]}}}, {"n": {}}, "pattern.n.new: missing (expected an object)"),
+        ({"n": {"x": [1], "y": [2]}}, {"n": [1]}, "pattern.n: [1] is not an object"),
         (
             {"a": {"gt": 10, "lt": 5}},
             {"a": 7},

@@ -194,10 +194,13 @@ class FieldCondition:
             else:
                 alternatives = "; ".join(f"{name}: {why}" for name, why in reasons)
                 yield f"{here}: no alternative holds ({alternatives})"
+        elif not present:
+            yield f"{here}: missing (expected an object)"
+        elif not isinstance(value, Mapping):
+            yield f"{here}: {show(value)} is not an object"
         else:
-            inner = value if present and isinstance(value, Mapping) else None
             for child in self.children:
-                yield from child.explain(inner, now, here)
+                yield from child.explain(value, now, here)
 
     def equality_paths(self, prefix: tuple[str, ...]) -> Iterator[EqualityCondition]:
         path = (*prefix, self.key)
