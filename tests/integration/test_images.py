@@ -145,6 +145,8 @@ async def test_unchanged_source_reuses_the_tag_without_a_build(
     dep = image_labels_of(docker_engine, str(first.dependency_image))
     assert dep["relay.type"] == "dependency"
     assert dep["relay.runtime"] == "python3.14"
+    assert len(dep["relay.fingerprint"]) == 64
+    assert str(first.dependency_image).endswith(dep["relay.fingerprint"][:16])
 
     out = run_handler(docker_engine, first, "events.created.handler", USER_EVENT)
     assert "User created: user_123" in out
@@ -197,8 +199,12 @@ async def test_build_context_is_the_selection_without_the_template(
 
     listing: bytes = docker_engine.client.containers.run(
         image.image,
-        ["python", "-c", "import os\nfor d, _, fs in os.walk('/app'):\n"
-         "    for f in fs:\n        p = os.path.join(d, f); open(p, 'rb').read(); print(p)"],
+        [
+            "python",
+            "-c",
+            "import os\nfor d, _, fs in os.walk('/app'):\n"
+            "    for f in fs:\n        p = os.path.join(d, f); open(p, 'rb').read(); print(p)",
+        ],
         user="10001",
         read_only=True,
         labels={TEST_LABEL: "true"},
@@ -338,6 +344,20 @@ async def test_a_failing_install_is_a_build_error_with_the_output(
     assert "dependency image build failed" in str(caught.value)
     assert "\n" not in str(caught.value)
     assert "uv pip install" in caught.value.output or "six" in caught.value.output
+
+
+async def test_an_out_of_date_uv_lock_fails_the_build(
+    builder: DockerImageBuilder, tmp_path: Path, unique: str, docker_cleanup: DockerCleanup
+) -> None:
+    directory = copy_function(FIXTURES / "python-uv-lock", tmp_path, "fn")
+    pyproject = directory / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("six==1.16.0", "six==1.15.0"))
+    with pytest.raises(BuildError) as caught:
+        await prepare(builder, f"{unique}-stale", directory)
+    assert str(caught.value) == (
+        f'function "{unique}-stale": dependency image build failed: exit code 1: error: The'
+        " lockfile at `uv.lock` needs to be updated, but `--locked` was provided."
+    )
 
 
 # --- cleanup ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import anyio.lowlevel
 import pytest
 from aiodocker.exceptions import DockerError
 
-from relay.adapters.docker.build_output import CappedOutput
+from relay.adapters.docker.build_output import CappedOutput, summarize_failure
 from relay.adapters.docker.images import DockerImageBuilder
 from relay.adapters.fs.templates import load_template
 from relay.domain.errors import BuildError
@@ -245,6 +245,21 @@ def test_capped_output_keeps_everything_under_the_cap() -> None:
     assert output.text() == "abcdef"
     output.add("0123456789")
     assert output.text() == "[... 6 bytes of earlier build output truncated ...]\n0123456789"
+
+
+def test_a_failure_summary_names_the_tool_error_not_the_command() -> None:
+    command = "The command '/bin/sh -c npm ci --omit=dev' returned a non-zero code: 1"
+    output = (
+        "Step 5/5 : RUN npm ci\n ---> Running in abc\n"
+        "npm warn old lockfile\n\x1b[91mnpm error code EUSAGE\x1b[0m\n"
+        "npm error The package-lock.json is out of sync\nnpm error Run npm install\n"
+        "Removing intermediate container abc\n" + command + "\n"
+    )
+    assert summarize_failure(command, output) == "exit code 1: npm error Run npm install"
+    assert summarize_failure(command, command + "\n") == "exit code 1"
+    assert summarize_failure("COPY failed: no source files", "") == "COPY failed: no source files"
+    long = "error: " + "x" * 500
+    assert len(summarize_failure(command, long)) == 300
 
 
 # --- cleanup ------------------------------------------------------------------------

@@ -3,11 +3,17 @@ capped, with a marker saying how much of its beginning was dropped."""
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 OUTPUT_CAP_BYTES = 1024 * 1024
+SUMMARY_MAX_CHARS = 300
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_EXIT = re.compile(r"returned a non-zero code: (\d+)")
+# Lines the classic builder writes around every step; never the reason a build failed.
+_BOILERPLATE = (" --->", "Step ", "Removing intermediate container", "The command '")
 
 
 class CappedOutput:
@@ -48,10 +54,10 @@ class CappedOutput:
 def record_chunk(chunk: Mapping[str, Any], output: CappedOutput) -> str | None:
     """Add one build-stream chunk to ``output``; return its error message, if any."""
     if "stream" in chunk:
-        output.add(str(chunk["stream"]))
+        output.add(_ANSI.sub("", str(chunk["stream"])))
     if "error" in chunk or "errorDetail" in chunk:
         detail = chunk.get("errorDetail") or {}
-        message = str(detail.get("message") or chunk.get("error") or "unknown error")
+        message = _ANSI.sub("", str(detail.get("message") or chunk.get("error") or "unknown error"))
         output.add(f"{message}\n")
         return message
     return None
@@ -61,3 +67,26 @@ def last_line(text: str) -> str:
     """The last non-blank line of ``text`` (an error's one-line summary)."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "unknown error"
+
+
+def summarize_failure(error: str, output: str) -> str:
+    """One line for a failed build: the step's exit code and the last line the
+    failing tool wrote that mentions an error (else its last line), rather than
+    the engine's echo of the whole command."""
+    exit_code = _EXIT.search(error)
+    lines = [
+        line.strip()
+        for line in _ANSI.sub("", output).splitlines()
+        if line.strip() and not line.startswith(_BOILERPLATE) and line.strip() != error.strip()
+    ]
+    errors = [line for line in lines if "error" in line.lower()]
+    reason = (errors or lines or [last_line(error)])[-1]
+    if exit_code is None:
+        reason = last_line(error)
+    elif not lines:
+        reason = f"exit code {exit_code.group(1)}"
+    else:
+        reason = f"exit code {exit_code.group(1)}: {reason}"
+    if len(reason) > SUMMARY_MAX_CHARS:
+        reason = reason[: SUMMARY_MAX_CHARS - 3] + "..."
+    return reason

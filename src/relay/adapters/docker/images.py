@@ -33,8 +33,8 @@ from relay.adapters.docker.bootstraps import BOOTSTRAP_VERSION, bootstrap_comman
 from relay.adapters.docker.build_output import (
     OUTPUT_CAP_BYTES,
     CappedOutput,
-    last_line,
     record_chunk,
+    summarize_failure,
 )
 from relay.adapters.docker.dockerfiles import (
     app_files,
@@ -64,6 +64,7 @@ class _Plan:
     runtime: Runtime
     dependencies: DependencyPlan
     dependency_tag: str
+    dependency_fingerprint: str
     dependency_dockerfile: str
     dockerfile: str
     files: Mapping[str, bytes]
@@ -150,7 +151,8 @@ class DockerImageBuilder:
             raise BuildError(str(exc)) from None
         dependencies = runtime.plan_dependencies(app_files(sources))
         fn_plan = runtime.plan_function(app_files(sources), handler_modules(template))
-        dep_tag, dep_dockerfile = await self._dependency_recipe(runtime, dependencies)
+        dep_fp, dep_dockerfile = await self._dependency_recipe(runtime, dependencies)
+        dep_tag = f"relay-dep-{runtime.name}-{dep_fp[:DEPENDENCY_TAG_HEX]}"
         boot_path, boot_bytes = bootstrap_source(runtime.name)
         dockerfile = render_function_dockerfile(dep_tag, fn_plan, bootstrap_command(runtime.name))
         recipe = fingerprint([("Dockerfile", dockerfile.encode()), (boot_path, boot_bytes)])
@@ -177,6 +179,7 @@ class DockerImageBuilder:
             runtime=runtime,
             dependencies=dependencies,
             dependency_tag=dep_tag,
+            dependency_fingerprint=dep_fp,
             dependency_dockerfile=dep_dockerfile,
             dockerfile=dockerfile,
             files=app_files(sources, fn_plan),
@@ -195,6 +198,7 @@ class DockerImageBuilder:
             raise BuildError(f"unknown runtime {name!r} (supported: {known})") from None
 
     async def _dependency_recipe(self, runtime: Runtime, plan: DependencyPlan) -> tuple[str, str]:
+        """The dependency image's full fingerprint and its Dockerfile."""
         dockerfile = render_dependency_dockerfile(runtime, plan)
         parts = [
             ("relay/recipe", b"dependency-v1"),
@@ -206,8 +210,7 @@ class DockerImageBuilder:
             *((f"relay/label/{k}", v.encode()) for k, v in sorted(self._labels.items())),
             *((f"manifest/{name}", data) for name, data in plan.manifests),
         ]
-        dep_fp = fingerprint(parts)
-        return f"relay-dep-{runtime.name}-{dep_fp[:DEPENDENCY_TAG_HEX]}", dockerfile
+        return fingerprint(parts), dockerfile
 
     async def _ensure_dependency(self, plan: _Plan) -> None:
         tag = plan.dependency_tag
@@ -218,7 +221,7 @@ class DockerImageBuilder:
                 **self._labels,
                 "relay.type": "dependency",
                 "relay.runtime": plan.runtime.name,
-                "relay.fingerprint": tag.rsplit("-", 1)[-1],
+                "relay.fingerprint": plan.dependency_fingerprint,
             }
             context = dependency_context(plan.dependency_dockerfile, plan.dependencies)
             kind = plan.dependencies.kind
@@ -264,8 +267,10 @@ class DockerImageBuilder:
                     output.text(),
                 ) from exc
         if error is not None:
-            log.warning("image_build_failed", image=tag, kind=kind, error=error)
-            raise BuildError(f"{kind} image build failed: {last_line(error)}", output.text())
+            text = output.text()
+            summary = summarize_failure(error, text)
+            log.warning("image_build_failed", image=tag, kind=kind, error=summary)
+            raise BuildError(f"{kind} image build failed: {summary}", text)
         if await self._inspect(tag) is None:
             raise BuildError(f"{kind} image {tag} missing after a build", output.text())
         log.info("image_built", image=tag, kind=kind, seconds=round(time.monotonic() - started, 2))
