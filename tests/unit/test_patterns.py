@@ -439,3 +439,22 @@ def test_equality_conditions_for_the_index() -> None:
         (("a",), frozenset({"x", ("n", 1)})),
         (("n", "b"), frozenset({("b", True)})),
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [("prefx", "prefix"), ("Prefix", "prefix"), ("exist", "exists"), ("equal", "equals"),
+     ("sufix", "suffix"), ("GT", "gt"), ("Lte", "lte"), ("prefixes", "prefix")],
+)  # fmt: skip
+def test_misspelled_operators_are_not_silently_nested_fields(key: str, meant: str) -> None:
+    (line,) = problems({"id": {key: ["u"]}})
+    assert line.startswith(f'pattern.id.{key}: unknown operator "{key}" (did you mean "{meant}"?')
+
+
+@pytest.mark.parametrize("key", ["late", "get", "name", "status", "gtx_id"])
+def test_ordinary_nested_field_names_stay_fields(key: str) -> None:
+    assert matches({"n": {key: [1]}}, {"n": {key: 1}})
+
+
+def test_top_level_fields_may_be_named_like_operators() -> None:
+    assert matches({"prefix": ["a"], "exists": [True]}, {"prefix": "a", "exists": True})

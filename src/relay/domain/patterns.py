@@ -16,6 +16,7 @@ Matching never raises, whatever JSON value the event holds.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -59,6 +60,7 @@ __all__ = [
 ]
 
 MAX_PATTERN_DEPTH: Final = 32
+_LONG_OPERATORS: Final = ("equals", "prefix", "suffix", "exists")
 _NOW = re.compile(r"now\(\)(?:([+-])(.*))?", re.DOTALL)
 _OLD_NOW = re.compile(r"now(?:\s*[+-].*)?", re.DOTALL | re.IGNORECASE)
 
@@ -151,6 +153,8 @@ def _compile_field(
     if isinstance(value, Mapping):
         names = [k for k in value if isinstance(k, str) and k in OPERATOR_SET]
         if not names:
+            if _misspelled_operators(value, here, problems):
+                return None
             children = _compile_fields(value, here, problems, depth + 1)
             return FieldCondition(key, children=children) if children else None
         unknown = [k for k in value if k not in OPERATOR_SET]
@@ -172,6 +176,25 @@ def _compile_field(
         f"(got {show(value)}; write [{_bare(value)}] for equality)"
     )
     return None
+
+
+def _misspelled_operators(raw: Mapping[object, object], here: str, problems: list[str]) -> bool:
+    """A nested field named like an operator (``Prefix``, ``prefx``, ``exist``) is almost
+    surely a typo, and as a field it would make the rule silently dead: refuse it."""
+    found = False
+    for key in raw:
+        if not isinstance(key, str):
+            continue
+        lowered = key.lower()
+        close = [lowered] if lowered in OPERATOR_SET else []
+        close = close or difflib.get_close_matches(lowered, _LONG_OPERATORS, n=1, cutoff=0.8)
+        if close:
+            problems.append(
+                f"{field_path(here, key)}: unknown operator {show(key)} "
+                f'(did you mean "{close[0]}"? operators are {", ".join(OPERATORS)})'
+            )
+            found = True
+    return found
 
 
 def _bare(value: object) -> str:
