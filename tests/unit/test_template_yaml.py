@@ -159,3 +159,12 @@ def test_unquoted_dates_are_named_as_yaml_timestamps() -> None:
     assert line.startswith(
         "events[0].pattern.t.gt: YAML read the timestamp 2026-01-01T00:00:00+00:00"
     )
+
+
+def test_the_yaml_examples_in_the_docs_are_valid() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "templates.md").read_text()
+    blocks = docs.split("```yaml\n")[1:]
+    complete = [b.split("```")[0] for b in blocks if b.startswith("runtime:")]
+    assert complete, "docs/templates.md should show a complete template"
+    for text in complete:
+        load_template_text(text, "docs/templates.md")
