@@ -255,3 +255,33 @@ async def _try_add(world: RedisWorld) -> bool:
     except redis.exceptions.ConnectionError:
         return False
     return True
+
+
+@pytest.mark.docker
+async def test_a_frozen_redis_is_noticed_and_survived(restartable_redis: Any) -> None:
+    client = redis.asyncio.Redis.from_url(restartable_redis.url, decode_responses=False)
+    try:
+        world = RedisWorld(client, "paused")
+        world.function("users", USERS)
+        health = ConnectionHealth("consumer", min_s=0.05, max_s=0.2)
+        loop = ConsumerLoop(
+            world.stream,
+            world.dispatch,
+            MessageBuffer(4),
+            block_ms=100,
+            health=health,
+            call_timeout_s=0.5,
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(loop.run)
+            await anyio.to_thread.run_sync(restartable_redis.pause)
+            await wait_for(lambda: not health.healthy)
+            await anyio.to_thread.run_sync(restartable_redis.unpause)
+            with anyio.fail_after(10):
+                while not await _try_add(world):  # noqa: ASYNC110 - retrying a command
+                    await anyio.sleep(0.05)
+            await wait_for(lambda: _acked(world) == 1)
+            tg.cancel_scope.cancel()
+        assert health.healthy
+    finally:
+        await client.aclose()

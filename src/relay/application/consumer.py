@@ -32,6 +32,7 @@ Publish = Callable[[Sequence[DomainEvent]], Awaitable[None]]
 DEFAULT_BLOCK_MS = 1_000
 RECLAIM_INTERVAL_S = 60.0
 MIN_PENDING_IDLE_MS = 60_000
+CALL_TIMEOUT_S = 10.0  # beyond a read's own BLOCK time, the broker counts as gone
 
 
 class MessageBuffer:
@@ -121,11 +122,13 @@ class ConsumerLoop:
         *,
         block_ms: int = DEFAULT_BLOCK_MS,
         health: ConnectionHealth | None = None,
+        call_timeout_s: float = CALL_TIMEOUT_S,
     ) -> None:
         self._stream = stream
         self._dispatch = dispatch
         self._buffer = buffer
         self._block_ms = block_ms
+        self._call_timeout_s = call_timeout_s
         self.health = health or ConnectionHealth("consumer")
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -136,7 +139,9 @@ class ConsumerLoop:
             while True:
                 await self._buffer.wait_free(batch)
                 try:
-                    messages = await self._stream.read(self._buffer.free, self._block_ms)
+                    # Bounded: a frozen (paused, partitioned) server never answers.
+                    with anyio.fail_after(self._block_ms / 1000 + self._call_timeout_s):
+                        messages = await self._stream.read(self._buffer.free, self._block_ms)
                 except Exception as exc:  # noqa: BLE001 - never exit: back off and retry
                     await anyio.sleep(self.health.failed(exc))
                     continue
@@ -148,7 +153,8 @@ class ConsumerLoop:
     async def _ensure_group(self) -> None:
         while True:
             try:
-                await self._stream.ensure_group()
+                with anyio.fail_after(self._call_timeout_s):
+                    await self._stream.ensure_group()
             except Exception as exc:  # noqa: BLE001 - never exit: back off and retry
                 await anyio.sleep(self.health.failed(exc))
                 continue
@@ -171,7 +177,9 @@ class RecoveryLoop:
         interval_s: float = RECLAIM_INTERVAL_S,
         min_idle_ms: int = MIN_PENDING_IDLE_MS,
         health: ConnectionHealth | None = None,
+        call_timeout_s: float = CALL_TIMEOUT_S,
     ) -> None:
+        self._call_timeout_s = call_timeout_s
         self._stream = stream
         self._dispatch = dispatch
         self._buffer = buffer
@@ -185,7 +193,8 @@ class RecoveryLoop:
         async with anyio.create_task_group() as tg:
             while True:
                 try:
-                    await self.tick(tg)
+                    with anyio.fail_after(self._call_timeout_s * 2):
+                        await self.tick(tg)
                 except Exception as exc:  # noqa: BLE001 - never exit: retry on the next tick
                     await anyio.sleep(min(self.health.failed(exc), self._interval_s))
                     continue
