@@ -7,6 +7,7 @@ no-op handler (label relay.test=true, removed afterwards), then reports:
 
 * cold ``docker run --rm <image> python -c pass`` wall time (the baseline);
 * Relay's own cold start (first invocation: create + attach + start + run);
+* the floor: a line echoed through a bare attached container (no Relay);
 * warm invocations through DockerContainerRuntime with 1 and with 4 warm
   containers: invocations per second and p50/p99 round trip.
 
@@ -105,6 +106,40 @@ async def warm(image: str, containers: int, invocations: int) -> tuple[float, li
     return len(latencies) / elapsed, latencies, first_cold
 
 
+ECHO = "import sys\nfor line in sys.stdin:\n    sys.stdout.write(line)\n    sys.stdout.flush()\n"
+
+
+async def raw_attach(image: str, invocations: int) -> list[float]:
+    """The floor: one line echoed through a bare attached container, no Relay."""
+    latencies: list[float] = []
+    async with aiodocker.Docker() as docker:
+        container = await docker.containers.create(
+            config={
+                "Image": image,
+                "Cmd": ["python", "-u", "-c", ECHO],
+                "OpenStdin": True,
+                "StdinOnce": True,
+                "AttachStdin": True,
+                "AttachStdout": True,
+                "Labels": {"relay.test": "true"},
+                "HostConfig": {"AutoRemove": True},
+            }
+        )
+        try:
+            stream = container.attach(stdin=True, stdout=True, stderr=True)
+            async with stream:
+                await container.start()
+                for _ in range(invocations):
+                    started = time.perf_counter()
+                    await stream.write_in(b"ping\n")
+                    message = await stream.read_out()
+                    assert message is not None
+                    latencies.append(time.perf_counter() - started)
+        finally:
+            await container.delete(force=True)
+    return latencies
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.2f} ms"
 
@@ -117,6 +152,7 @@ async def main() -> None:
     image = build_image()
     try:
         cold = await anyio.to_thread.run_sync(cold_docker_run, image, args.cold_runs)
+        floor = await raw_attach(image, args.invocations)
         rows = []
         for containers in (1, 4):
             rate, latencies, first_cold = await warm(image, containers, args.invocations)
@@ -128,6 +164,10 @@ async def main() -> None:
         f"cold docker run --rm (n={len(cold)}): p50 {ms(cold_p50)}"
         f"  p99 {ms(percentile(cold, 0.99))}"
         f"  => {1 / cold_p50:7.1f} runs/s"
+    )
+    print(
+        f"raw attach echo, no Relay (n={len(floor)}): p50 {ms(statistics.median(floor))}"
+        f"  p99 {ms(percentile(floor, 0.99))}"
     )
     for containers, rate, latencies, first_cold in rows:
         p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
