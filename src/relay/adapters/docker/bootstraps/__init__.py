@@ -24,7 +24,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Final
 
-BOOTSTRAP_VERSION: Final = "4"
+BOOTSTRAP_VERSION: Final = "5"
 
 _FILES: Final = {
     "python3.14": ("python_bootstrap.py", "/relay/bootstrap.py", ["python", "-u"]),

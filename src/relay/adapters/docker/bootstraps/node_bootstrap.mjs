@@ -67,6 +67,20 @@ function resolveModule(handler) {
   throw new Error(`no module for handler "${handler}" (looked for ${candidates.join(', ')})`);
 }
 
+// The image is immutable: a handler found once is the same function afterwards.
+const handlers = new Map();
+async function loadHandler(handler) {
+  let fn = handlers.get(handler);
+  if (fn === undefined) {
+    const [file, name] = resolveModule(handler);
+    const mod = await import(pathToFileURL(file).href);
+    fn = mod[name] ?? mod.default?.[name];
+    if (typeof fn !== 'function') throw new Error(`module ${file} has no function "${name}"`);
+    handlers.set(handler, fn);
+  }
+  return fn;
+}
+
 function describe(err) {
   if (err instanceof Error) return `${err.name}: ${String(err.message).split('\n')[0]}`.slice(0, 500);
   return String(err).split('\n')[0].slice(0, 500);
@@ -93,10 +107,7 @@ async function serveOne(line) {
   let ok = true;
   let error = '';
   try {
-    const [file, name] = resolveModule(request.handler);
-    const mod = await import(pathToFileURL(file).href);
-    const fn = mod[name] ?? mod.default?.[name];
-    if (typeof fn !== 'function') throw new Error(`module ${file} has no function "${name}"`);
+    const fn = await loadHandler(request.handler);
     await fn(JSON.parse(request.event));
   } catch (err) {
     process.stderr.write(`${err && err.stack ? err.stack : String(err)}\n`);
