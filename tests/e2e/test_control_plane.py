@@ -163,7 +163,7 @@ def test_stats_metrics_and_pool_counters_through_a_run_and_a_reset(
         sample(metrics, "runtime_container_acquires_total", function=FUNCTION, outcome="warm") == 1
     )
 
-    wait_until(lambda: stats_value(worker, "Events received") == "3", 20, "a stats flush")
+    wait_until(lambda: stats_value(worker, "Events received") == "3", 30, "a stats flush")
     assert stats_value(worker, "Events matched") == "2"
     assert stats_value(worker, "Events unmatched") == "1"
     assert stats_value(worker, "Handler successes") == "2"
@@ -228,21 +228,26 @@ def test_a_redelivered_event_is_not_classified_again(
 
     port = free_port()
     host = f"{worker_env['RELAY_HOSTNAME']}-b"
-    second = relay_worker(name="b", env={"METRICS_ADDR": f"127.0.0.1:{port}",
-                                         "RELAY_HOSTNAME": host})
+    second = relay_worker(
+        name="b", env={"METRICS_ADDR": f"127.0.0.1:{port}", "RELAY_HOSTNAME": host}
+    )
     client.xadd(stream, {"event": json.dumps(UNMATCHED_EVENT)})
 
     def settled() -> bool:
         rows = client.xpending_range(stream, group, min=failing, max=failing, count=1)
         redelivered = bool(rows) and rows[0]["consumer"] == host.encode()
         metrics = scrape(port)
-        return redelivered and sample(metrics, "buffered_events") == 0 and sample(
-            metrics, "events_received_total") == 1
+        return (
+            redelivered
+            and sample(metrics, "buffered_events") == 0
+            and sample(metrics, "events_received_total") == 1
+        )
 
     wait_until(settled, 60, "the redelivery and the new event to be handled")
     metrics = scrape(port)
     assert sample(metrics, "events_unmatched_total") == 1
     assert sample(metrics, "events_matched_total") == 0  # the redelivery was not counted again
     assert sample(metrics, "events_received_total") == sample(
-        metrics, "events_matched_total") + sample(metrics, "events_unmatched_total")
+        metrics, "events_matched_total"
+    ) + sample(metrics, "events_unmatched_total")
     assert second.stop() == 0
