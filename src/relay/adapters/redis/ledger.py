@@ -241,22 +241,21 @@ class RedisInvocationLedger:
         """Round trips the ledger made (pipelines count once), for the benches."""
         return self._batcher.round_trips
 
-    def _head(self, ctx: MessageContext, blocked: bool) -> tuple[list[str], list[str]]:
+    def _head(self, ctx: MessageContext, blocked: bool) -> tuple[list[str], str]:
         keys = [
             invocation_key(ctx.stream, ctx.group, ctx.message_id),
             ctx.stream,
             dlq_key(ctx.stream),
         ]
-        args = [ctx.group, ctx.consumer, ctx.message_id, ctx.timestamp, self._ttl]
-        args.append("1" if blocked else "0")
-        return keys, args
+        fields = (ctx.group, ctx.consumer, ctx.message_id, ctx.timestamp, self._ttl)
+        return keys, _pack(*fields, "1" if blocked else "0")
 
     async def begin(self, request: BeginRequest) -> BeginResult:
-        keys, args = self._head(request.context, request.blocked)
-        args += [request.classification, request.token, str(len(request.claims))]
-        for claim in request.claims:
-            args += [claim.field, str(claim.max_attempts), str(claim.lease_ms)]
-        args += request.gates
+        keys, head = self._head(request.context, request.blocked)
+        claims = _RS.join(
+            _pack(c.field, str(c.max_attempts), str(c.lease_ms)) for c in request.claims
+        )
+        args = [head, request.classification, request.token, claims, _records(request.gates)]
         classified, statuses, settled = await self._batcher.call(self._begin, keys, args)
         return BeginResult(
             newly_classified=int(classified) == 1,
@@ -275,16 +274,38 @@ class RedisInvocationLedger:
         )
 
     async def finish(self, request: FinishRequest) -> Settlement:
-        keys, args = self._head(request.context, request.blocked)
-        args += [request.token, str(len(request.reports))]
+        keys, head = self._head(request.context, request.blocked)
+        reports = []
         for report in request.reports:
             kind, arg = _transition_args(report.transition)
-            args += [report.field, str(report.attempt), kind, arg, report.error]
-        args += request.gates
+            reports.append(_pack(report.field, str(report.attempt), kind, arg))
+        args = [head, request.token, _RS.join(reports), _records(request.gates)]
+        args += [report.error for report in request.reports]
         settled, rejected = await self._batcher.call(self._finish, keys, args)
         return _settlement(settled, tuple(_text(r) for r in rejected))
 
     async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
-        keys, args = self._head(request.context, False)
-        args = [*args[:-1], request.reason, request.event]
+        keys, head = self._head(request.context, False)
+        args = [head, request.reason, request.event]
         return _settlement(await self._batcher.call(self._malformed, keys, args))
+
+
+# Arguments are packed into a few strings (unit separator between fields, record
+# separator between records): encoding a command costs per argument, and a
+# handled event sends two script calls. Names never contain these control bytes.
+_FS = "\x1f"
+_RS = "\x1e"
+
+
+def _pack(*fields: str) -> str:
+    for field in fields:
+        if _FS in field or _RS in field:
+            raise ValueError(f"name contains a control character: {field!r}")
+    return _FS.join(fields)
+
+
+def _records(items: Sequence[str]) -> str:
+    for item in items:
+        if _FS in item or _RS in item:
+            raise ValueError(f"name contains a control character: {item!r}")
+    return _RS.join(items)

@@ -1,21 +1,19 @@
 -- begin: classify once, claim every eligible invocation, settle if nothing was claimed.
 -- KEYS: ledger, stream, dlq
--- ARGV: group, consumer, id, timestamp, ttl_s, blocked, classification, token,
---       nclaims, (field, max_attempts, lease_ms) * nclaims, gate fields...
+-- ARGV: header, classification, token,
+--       claims (records "field FS max_attempts FS lease_ms" joined by RS), gates (joined by RS)
 local ledger, stream, dlq = KEYS[1], KEYS[2], KEYS[3]
-local group, consumer, id, stamp, ttl, blocked = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local token = ARGV[8]
-local classified = redis.call('HSETNX', ledger, '@class', ARGV[7])
+local group, consumer, id, stamp, ttl, blocked = header(ARGV[1])
+local token = ARGV[3]
+local classified = redis.call('HSETNX', ledger, '@class', ARGV[2])
 local now = now_ms()
-local nclaims = tonumber(ARGV[9])
 local statuses = {}
 local claimed = 0
-for i = 0, nclaims - 1 do
-  local f = ARGV[10 + 3 * i]
-  local max_attempts = math.max(1, tonumber(ARGV[11 + 3 * i]))
-  local lease = tonumber(ARGV[12 + 3 * i])
+for _, record in ipairs(split(ARGV[4], RS)) do
+  local c = split(record, FS)
+  local f, max_attempts, lease = c[1], math.max(1, tonumber(c[2])), tonumber(c[3])
   local prev = redis.call('HGET', ledger, f)
-  local kind, deadline, attempt, extra = parse(prev)
+  local kind, deadline, attempt = parse(prev)
   if kind == 'ok' then
     table.insert(statuses, {f, 'ok', 0, 0, '', 0})
   elseif kind == 'exhausted' then
@@ -38,8 +36,7 @@ for i = 0, nclaims - 1 do
 end
 local settled = {0, {}, ''}
 if claimed == 0 then
-  local gates = {}
-  for i = 10 + 3 * nclaims, #ARGV do table.insert(gates, ARGV[i]) end
-  settled = settle(ledger, stream, dlq, group, consumer, id, stamp, ttl, blocked, gates)
+  settled = settle(ledger, stream, dlq, group, consumer, id, stamp, ttl, blocked,
+    split(ARGV[5], RS))
 end
 return {classified, statuses, settled}

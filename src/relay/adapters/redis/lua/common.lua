@@ -13,6 +13,31 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Split on a one-byte separator (the adapter packs arguments with \31 between
+-- fields and \30 between records; names never contain either).
+local function split(s, sep)
+  local out = {}
+  if s == nil or s == '' then return out end
+  local start = 1
+  while true do
+    local i = string.find(s, sep, start, true)
+    if not i then
+      table.insert(out, string.sub(s, start))
+      return out
+    end
+    table.insert(out, string.sub(s, start, i - 1))
+    start = i + 1
+  end
+end
+
+local FS, RS = '\31', '\30'
+
+-- ARGV[1] of every script: group, consumer, id, timestamp, ttl_s, blocked.
+local function header(packed)
+  local h = split(packed, FS)
+  return h[1], h[2], h[3], h[4], h[5], h[6]
+end
+
 local function fmt(n)
   return string.format('%d', n)
 end
