@@ -9,7 +9,8 @@ no-op handler (label relay.test=true, removed afterwards), then reports:
 * Relay's own cold start (first invocation: create + attach + start + run);
 * the floor: a line echoed through a bare attached container (no Relay);
 * warm invocations through DockerContainerRuntime with 1 and with 4 warm
-  containers: invocations per second and p50/p99 round trip.
+  containers: invocations per second and p50/p99 round trip (and Node with 1,
+  from an image FROM node:24-alpine).
 
 Figures are machine-dependent; compare the ratios within one run.
 """
@@ -34,18 +35,22 @@ from relay.adapters.docker.bootstraps import bootstrap_source
 from relay.adapters.docker.runtime import DockerContainerRuntime
 from relay.domain.execution import InvocationRequest
 
-HANDLER = "def noop(event):\n    return None\n"
+HANDLERS = {
+    "python3.14": ("python:3.14-slim", "bench.py", "def noop(event):\n    return None\n"),
+    "node24": ("node:24-alpine", "bench.mjs", "export function noop(event) {}\n"),
+}
 
 
-def build_image() -> str:
-    tag = f"relay-bench-warm:{secrets.token_hex(4)}"
-    path, source = bootstrap_source("python3.14")
+def build_image(runtime: str = "python3.14") -> str:
+    base, filename, handler = HANDLERS[runtime]
+    tag = f"relay-bench-warm-{runtime.replace('.', '')}:{secrets.token_hex(4)}"
+    path, source = bootstrap_source(runtime)
     with tempfile.TemporaryDirectory() as context:
         root = Path(context)
         (root / "bootstrap").write_bytes(source)
-        (root / "bench.py").write_text(HANDLER)
+        (root / filename).write_text(handler)
         (root / "Dockerfile").write_text(
-            f"FROM python:3.14-slim\nCOPY bootstrap {path}\nCOPY bench.py /app/bench.py\n"
+            f"FROM {base}\nCOPY bootstrap {path}\nCOPY {filename} /app/{filename}\n"
             "WORKDIR /app\nLABEL relay.test=true\n"
         )
         subprocess.run(
@@ -72,7 +77,9 @@ def cold_docker_run(image: str, runs: int) -> list[float]:
     return times
 
 
-async def warm(image: str, containers: int, invocations: int) -> tuple[float, list[float], float]:
+async def warm(
+    image: str, containers: int, invocations: int, runtime_name: str = "python3.14"
+) -> tuple[float, list[float], float]:
     request = InvocationRequest(function="bench", handler="bench.noop", event=b"{}")
     latencies: list[float] = []
     async with (
@@ -81,7 +88,7 @@ async def warm(image: str, containers: int, invocations: int) -> tuple[float, li
             docker, hostname=f"bench-{secrets.token_hex(4)}", output=lambda _: None
         ) as runtime,
     ):
-        runtime.activate("bench", image, "python3.14", containers)
+        runtime.activate("bench", image, runtime_name, containers)
         begun = time.perf_counter()
         async with anyio.create_task_group() as tg:  # warm every container first
             for _ in range(containers):
@@ -156,7 +163,13 @@ async def main() -> None:
         rows = []
         for containers in (1, 4):
             rate, latencies, first_cold = await warm(image, containers, args.invocations)
-            rows.append((containers, rate, latencies, first_cold))
+            rows.append(("python", containers, rate, latencies, first_cold))
+        node = await anyio.to_thread.run_sync(build_image, "node24")
+        try:
+            rate, latencies, first_cold = await warm(node, 1, args.invocations, "node24")
+            rows.append(("node", 1, rate, latencies, first_cold))
+        finally:
+            await anyio.run_process(["docker", "rmi", "-f", node], check=False)
     finally:
         await anyio.run_process(["docker", "rmi", "-f", image], check=False)
     cold_p50 = statistics.median(cold)
@@ -169,10 +182,11 @@ async def main() -> None:
         f"raw attach echo, no Relay (n={len(floor)}): p50 {ms(statistics.median(floor))}"
         f"  p99 {ms(percentile(floor, 0.99))}"
     )
-    for containers, rate, latencies, first_cold in rows:
+    for lang, containers, rate, latencies, first_cold in rows:
         p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
         print(
-            f"warm, {containers} container(s) (n={len(latencies)}): {rate:8.0f} invocations/s"
+            f"warm {lang}, {containers} container(s) (n={len(latencies)}):"
+            f" {rate:8.0f} invocations/s"
             f"  p50 {ms(p50)}  p99 {ms(p99)}  first (cold) {ms(first_cold)}"
             f"  | cold p50 / warm p50 = {cold_p50 / p50:6.0f}x"
         )
