@@ -158,3 +158,21 @@ def test_no_worker_is_worker_unavailable(tmp_path: Path) -> None:
     with pytest.raises(client.WorkerUnavailable, match="no relay worker is running"):
         client.request(tmp_path / "relay.sock", "health")
     assert client.fetch_pool(tmp_path / "relay.sock", "fn") is None
+
+
+async def test_connections_beyond_the_cap_wait_their_turn(tmp_path: Path) -> None:
+    async with serving(tmp_path / "r", max_connections=1) as (server, rec):
+        idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        idle.connect(str(server.path))  # holds the only slot without sending anything
+        result: list[Any] = []
+        async with anyio.create_task_group() as tg:
+
+            async def second() -> None:
+                result.append(await call(server.path, "reset_stats"))
+
+            tg.start_soon(second)
+            await anyio.wait_all_tasks_blocked()
+            assert rec.sent == []  # the second request has not been served yet
+            idle.close()
+        assert result == [None]
+        assert rec.sent == [ResetStats()]

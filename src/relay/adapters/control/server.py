@@ -49,6 +49,7 @@ class ControlServer:
         max_request_bytes: int = MAX_REQUEST_BYTES,
         read_timeout: float = 10.0,
         allowed_uids: frozenset[int] | None = None,
+        max_connections: int = 16,
     ) -> None:
         self._lock = lock
         self._send = send
@@ -56,6 +57,7 @@ class ControlServer:
         self._read_timeout = read_timeout
         self._allowed = allowed_uids if allowed_uids is not None else frozenset({0, os.getuid()})
         self.path = lock.socket_path
+        self._connections = anyio.CapacityLimiter(max_connections)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Bind, report started, serve until cancelled; the socket is removed on exit."""
@@ -86,11 +88,15 @@ class ControlServer:
             self.path.unlink()
 
     async def _handle(self, stream: SocketStream) -> None:
-        async with stream:
+        # One connection's trouble must never reach the listener's task group:
+        # that would stop the socket (and the worker) for every other client.
+        async with stream, self._connections:
             try:
                 await self._converse(stream)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
                 _log.debug("control_client_went_away")
+            except Exception:  # noqa: BLE001 - logged; the server keeps serving
+                _log.exception("control_connection_failed")
 
     async def _converse(self, stream: SocketStream) -> None:
         uid = _peer_uid(stream)
