@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
+import docker.errors
 import pytest
 import redis
 
@@ -77,9 +78,18 @@ def relay_worker(
             worker.kill()
     client = docker.from_env()
     try:
-        hosts = {w.env["RELAY_HOSTNAME"] for w in started}
-        for container in client.containers.list(all=True, filters={"label": "relay.hostname"}):
-            if container.labels.get("relay.hostname") in hosts:
-                container.remove(force=True)
+        for host in {w.env["RELAY_HOSTNAME"] for w in started}:
+            label = f"relay.hostname={host}"
+            # sparse: a container auto-removed meanwhile must not fail the listing
+            for container in client.containers.list(
+                all=True, sparse=True, filters={"label": label}
+            ):
+                try:
+                    container.remove(force=True)
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.APIError as exc:  # already being removed
+                    if exc.status_code != 409:
+                        raise
     finally:
         client.close()

@@ -111,7 +111,7 @@ class RelayWorker:
         rx = re.compile(pattern)
         return [line for line in self.output() if rx.search(line)]
 
-    def wait_for(self, pattern: str, timeout: float = 30.0, count: int = 1) -> list[str]:
+    def wait_for(self, pattern: str, timeout: float = 60.0, count: int = 1) -> list[str]:
         def seen() -> list[str] | None:
             found = self.find(pattern)
             if len(found) >= count:
