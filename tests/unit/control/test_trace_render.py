@@ -31,3 +31,11 @@ def test_verdicts() -> None:
     lines = render_trace(waiting)
     assert lines[2] == "Pending:      yes, with consumer c (idle 5ms, delivered 1 time)"
     assert "Dead letters: none" in lines
+
+
+def test_a_malformed_message() -> None:
+    facts = MessageFacts("1-0", "s", "g", NOW, ledger={"@dlq": "5-0"}, body_bytes=3,
+                         ledger_ttl_s=100)
+    lines = render_trace(facts)
+    assert "Malformed:    dead-lettered at once as entry 5-0" in lines
+    assert lines[-1].startswith("Verdict:      malformed")

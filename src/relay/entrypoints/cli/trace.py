@@ -146,6 +146,8 @@ def render_trace(facts: MessageFacts) -> list[str]:
         f"Classified:   {_classified(facts.ledger)}",
         f"Ledger:       {_ledger(facts)}",
     ]
+    if "@dlq" in facts.ledger:
+        lines.append(f"Malformed:    dead-lettered at once as entry {facts.ledger['@dlq']}")
     invocations = sorted(k for k in facts.ledger if not k.startswith("@"))
     if invocations:
         lines.append("Invocations:")
@@ -187,6 +189,8 @@ def describe_marker(text: str, now_ms: int) -> str:
 def verdict(facts: MessageFacts) -> str:  # noqa: PLR0911 - one answer per situation
     """The short answer to "why has this event not finished?"."""
     markers = [parse_marker(v) for k, v in facts.ledger.items() if not k.startswith("@")]
+    if "@dlq" in facts.ledger:
+        return "malformed (not a JSON object event, or too large): dead-lettered without running"
     if facts.pending is None:
         if facts.ledger:
             return "finished: acknowledged (the ledger is kept for inspection until it expires)"
