@@ -53,7 +53,8 @@ def image_labels(docker_engine: DockerEngine) -> Iterator[dict[str, str]]:
     yield labels
     client = docker_engine.client
     selector = f"{TEST_ID_LABEL}={labels[TEST_ID_LABEL]}"
-    for kind in ("function", "dependency"):  # children before their bases
+    kinds = ("function", "function-stage", "dependency", "dependency-stage")
+    for kind in kinds:  # children before their bases
         for image in client.images.list(filters={"label": [selector, f"relay.type={kind}"]}):
             for ref in image.tags or [image.id]:
                 client.images.remove(ref)
@@ -358,6 +359,20 @@ async def test_an_out_of_date_uv_lock_fails_the_build(
         f'function "{unique}-stale": dependency image build failed: exit code 1: error: The'
         " lockfile at `uv.lock` needs to be updated, but `--locked` was provided."
     )
+
+
+async def test_what_a_failed_build_leaves_is_collected(
+    docker: aiodocker.Docker, tmp_path: Path, unique: str, docker_cleanup: DockerCleanup
+) -> None:
+    builder = DockerImageBuilder(docker, labels=docker_cleanup.labels, stage_grace=0)
+    directory = copy_function(FIXTURES / "python-requirements", tmp_path, "fn")
+    (directory / "requirements.txt").write_text("six ==== not a version\n")
+    with pytest.raises(BuildError):
+        await prepare(builder, f"{unique}-left", directory)
+    selector = {"label": [f"{TEST_ID_LABEL}={unique}", "relay.type=dependency-stage"]}
+    assert await docker.images.list(filters=selector)  # the steps before the failing RUN
+    await builder.collect_dependency_images()
+    assert await docker.images.list(filters=selector) == []
 
 
 # --- cleanup ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ class FakeImages:
     ) -> builtins.list[dict[str, Any]]:
         wanted = [selector.split("=", 1) for selector in filters["label"]]
         return [
-            dict(image)
+            {"Created": 1_000, **image}
             for image in self.by_id.values()
             if all(image["Labels"].get(k) == v for k, v in wanted)
         ]
@@ -324,3 +325,35 @@ async def test_scope_labels_narrow_cleanup(engine: FakeEngine, tmp_path: Path) -
     assert await mine.retire("shared-name", keep=[]) == []
     assert await mine.collect_dependency_images() == []
     assert a.image in engine.images.tags
+
+
+async def test_failed_build_leftovers_are_collected_once_no_build_can_need_them(
+    engine: FakeEngine, tmp_path: Path
+) -> None:
+    builder = DockerImageBuilder(engine, stage_grace=60)  # type: ignore[arg-type]
+    now = time.time()
+    for name, created in (("old", now - 3600), ("young", now - 5)):
+        engine.images.by_id[name] = {
+            "Id": name,
+            "RepoTags": [],
+            "Created": created,
+            "Labels": {"relay.type": "dependency-stage"},
+        }
+    engine.images.by_id["fn-old"] = {
+        "Id": "fn-old",
+        "RepoTags": [],
+        "Created": now - 3600,
+        "Labels": {"relay.type": "function-stage", "relay.function": "fn"},
+    }
+    gate = engine.images.gates["dependency"] = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(prepare, builder, "other", function_dir(tmp_path, "other"))
+        await engine.images.wait_until(lambda: engine.images.active == 1)
+        await builder.collect_dependency_images()  # a build is running: nothing goes
+        assert {"old", "young"} <= set(engine.images.by_id)
+        gate.set()
+    await builder.collect_dependency_images()
+    assert "old" not in engine.images.by_id
+    assert "young" in engine.images.by_id  # may still be a running build's base
+    await builder.retire("fn", keep=[])
+    assert "fn-old" not in engine.images.by_id

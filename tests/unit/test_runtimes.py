@@ -185,6 +185,14 @@ def test_runtime_environment_and_workdir_live_in_the_dependency_image() -> None:
     assert "WORKDIR /app" in text.splitlines()
 
 
+def test_stage_labels_follow_from() -> None:
+    labels = {"relay.type": "function-stage", "relay.function": "f"}
+    text = render_function_dockerfile("dep", plan_node_function({}, ()), ["x"], labels)
+    assert text.splitlines()[1] == 'LABEL relay.function="f" relay.type="function-stage"'
+    dep = render_dependency_dockerfile(NODE, plan_node_dependencies({}), {"relay.type": "s"})
+    assert dep.splitlines()[1] == 'LABEL relay.type="s"'
+
+
 def test_function_dockerfile_is_one_copy_and_the_command() -> None:
     text = render_function_dockerfile(
         "relay-dep-python3.14-abc", plan_node_function({}, ()), ["python", "-u", "/relay/b.py"]

@@ -39,12 +39,26 @@ def _env(env: Mapping[str, str]) -> list[str]:
     return ["ENV " + " ".join(f"{key}={json.dumps(value)}" for key, value in sorted(env.items()))]
 
 
-def render_dependency_dockerfile(runtime: Runtime, plan: DependencyPlan) -> str:
+def _label(labels: Mapping[str, str]) -> list[str]:
+    if not labels:
+        return []
+    return ["LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))]
+
+
+def render_dependency_dockerfile(
+    runtime: Runtime, plan: DependencyPlan, stage_labels: Mapping[str, str] | None = None
+) -> str:
     """The dependency image's Dockerfile (its context holds the manifests). The
     runtime's environment and working directory live here, so the function
-    image on top is as few build steps as possible."""
+    image on top is as few build steps as possible.
+
+    ``stage_labels`` go on every intermediate image of the build (a LABEL right
+    after FROM): a failed build's leftovers are then Relay's to collect, never
+    anonymous images. The finished image's own labels come from the build call
+    and override them."""
     lines = [
         f"FROM {runtime.base_image}",
+        *_label(stage_labels or {}),
         *runtime.dependency_preamble,
         *_env(runtime.env),
         f"WORKDIR {APP_DIR}",
@@ -57,13 +71,17 @@ def render_dependency_dockerfile(runtime: Runtime, plan: DependencyPlan) -> str:
 
 
 def render_function_dockerfile(
-    dependency_image: str, plan: FunctionPlan, command: Sequence[str]
+    dependency_image: str,
+    plan: FunctionPlan,
+    command: Sequence[str],
+    stage_labels: Mapping[str, str] | None = None,
 ) -> str:
     """The function image's Dockerfile: one COPY puts the source at ``/app`` and
     the bootstrap in place (its context mirrors the image's root under
     ``root/``), then the runtime's build step, if any, and the bootstrap command.
-    The working directory (``/app``) is inherited from the dependency image."""
-    lines = [f"FROM {dependency_image}", f"COPY {_ROOT_CONTEXT}/ /"]
+    The working directory (``/app``) is inherited from the dependency image;
+    ``stage_labels`` as for the dependency image."""
+    lines = [f"FROM {dependency_image}", *_label(stage_labels or {}), f"COPY {_ROOT_CONTEXT}/ /"]
     if plan.build is not None:
         lines.append(_run(plan.build))
     lines.append("CMD " + json.dumps(list(command)))

@@ -8,16 +8,15 @@ so a new bootstrap or a new pinned tool rebuilds even when the source did not
 change; the rebuilt image takes over the tag and the old one, now untagged, is
 collected by ``retire`` once no container uses it.
 
-Cleanup only ever looks at images carrying ``relay.type`` (and, when the
-builder was given scope labels, those too); it never forces a removal, so the
-engine itself refuses to delete an image a container still uses.
+Every intermediate image of a build carries a stage label (``relay.type`` =
+``function-stage`` / ``dependency-stage``), so what a failed build leaves behind
+is Relay's to collect. Cleanup lives in ``relay.adapters.docker.image_cleanup``.
 """
 
 from __future__ import annotations
 
 import io
 import time
-from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,12 @@ from relay.adapters.docker.dockerfiles import (
     function_context,
     render_dependency_dockerfile,
     render_function_dockerfile,
+)
+from relay.adapters.docker.image_cleanup import (
+    BuildsInFlight,
+    DockerImageCleaner,
+    labels_of,
+    normal,
 )
 from relay.adapters.docker.runtimes import RUNTIMES, DependencyPlan, Runtime
 from relay.adapters.fs.source import read_sources, select_sources
@@ -98,6 +103,7 @@ class DockerImageBuilder:
         runtimes: Mapping[str, Runtime] = RUNTIMES,
         output_cap: int = OUTPUT_CAP_BYTES,
         build_timeout: float = 900.0,
+        stage_grace: float | None = None,
     ) -> None:
         self._docker = docker
         self._builds = anyio.Semaphore(max_concurrent_builds)
@@ -106,8 +112,14 @@ class DockerImageBuilder:
         self._output_cap = output_cap
         self._build_timeout = build_timeout
         self._locks: dict[str, anyio.Lock] = {}
-        self._pinned: Counter[str] = Counter()  # images in use by a prepare in progress
+        self._in_flight = BuildsInFlight()
         self._architecture: str | None = None
+        self._cleaner = DockerImageCleaner(
+            docker,
+            self._in_flight,
+            labels=self._labels,
+            stage_grace=build_timeout if stage_grace is None else stage_grace,
+        )
 
     # --- prepare -----------------------------------------------------------------
     async def prepare(
@@ -125,18 +137,18 @@ class DockerImageBuilder:
         tag, dep_tag = plan.image.image, plan.dependency_tag
         async with self._lock(tag):
             existing = await self._inspect(tag)
-            if existing is not None and _labels_of(existing).get("relay.build") == plan.recipe:
+            if existing is not None and labels_of(existing).get("relay.build") == plan.recipe:
                 log.info("function_image_reused", function=function, image=tag)
                 return plan.image
-            pins = [_normal(tag), _normal(dep_tag)]
-            self._pinned.update(pins)
+            pins = [normal(tag), normal(dep_tag)]
+            self._in_flight.pinned.update(pins)
             try:
                 await self._ensure_dependency(plan)
                 await self._build(
                     tag, plan.context(), plan.labels, kind="function", notes=plan.notes
                 )
             finally:
-                self._pinned.subtract(pins)
+                self._in_flight.pinned.subtract(pins)
         return msgspec.structs.replace(plan.image, built=True)
 
     async def _plan(self, function: str, directory: Path, template: BuildTemplate) -> _Plan:
@@ -154,7 +166,9 @@ class DockerImageBuilder:
         dep_fp, dep_dockerfile = await self._dependency_recipe(runtime, dependencies)
         dep_tag = f"relay-dep-{runtime.name}-{dep_fp[:DEPENDENCY_TAG_HEX]}"
         boot_path, boot_bytes = bootstrap_source(runtime.name)
-        dockerfile = render_function_dockerfile(dep_tag, fn_plan, bootstrap_command(runtime.name))
+        stage = {**self._labels, "relay.type": "function-stage", "relay.function": function}
+        command = bootstrap_command(runtime.name)
+        dockerfile = render_function_dockerfile(dep_tag, fn_plan, command, stage)
         recipe = fingerprint([("Dockerfile", dockerfile.encode()), (boot_path, boot_bytes)])
         labels = {
             **self._labels,
@@ -199,7 +213,8 @@ class DockerImageBuilder:
 
     async def _dependency_recipe(self, runtime: Runtime, plan: DependencyPlan) -> tuple[str, str]:
         """The dependency image's full fingerprint and its Dockerfile."""
-        dockerfile = render_dependency_dockerfile(runtime, plan)
+        stage = {**self._labels, "relay.type": "dependency-stage", "relay.runtime": runtime.name}
+        dockerfile = render_dependency_dockerfile(runtime, plan, stage)
         parts = [
             ("relay/recipe", b"dependency-v1"),
             ("relay/runtime", runtime.name.encode()),
@@ -237,35 +252,18 @@ class DockerImageBuilder:
         notes: tuple[str, ...] = (),
     ) -> None:
         output = CappedOutput(self._output_cap)
-        error: str | None = None
         async with self._builds:
+            self._in_flight.running += 1
             started = time.monotonic()
             log.info("image_build_started", image=tag, kind=kind, notes=list(notes))
             try:
                 with anyio.fail_after(self._build_timeout):
-                    stream = self._docker.images.build(
-                        fileobj=io.BytesIO(context),
-                        encoding="application/x-tar",
-                        tag=tag,
-                        labels=dict(labels),
-                        rm=True,
-                        forcerm=True,
-                        stream=True,
-                    )
-                    async for chunk in stream:
-                        error = record_chunk(chunk, output) or error
-            except DockerStreamError as exc:
-                error = exc.message
-                output.add(f"{exc.message}\n")
-            except DockerError as exc:
-                raise DependencyUnavailable(
-                    f"the Docker engine refused to build {tag}: {exc.message}"
-                ) from exc
+                    error = await self._stream_build(tag, context, labels, output)
             except TimeoutError as exc:
-                raise BuildError(
-                    f"building {kind} image {tag} took longer than {self._build_timeout:g}s",
-                    output.text(),
-                ) from exc
+                message = f"building {kind} image {tag} took longer than {self._build_timeout:g}s"
+                raise BuildError(message, output.text()) from exc
+            finally:
+                self._in_flight.running -= 1
         if error is not None:
             text = output.text()
             summary = summarize_failure(error, text)
@@ -275,80 +273,38 @@ class DockerImageBuilder:
             raise BuildError(f"{kind} image {tag} missing after a build", output.text())
         log.info("image_built", image=tag, kind=kind, seconds=round(time.monotonic() - started, 2))
 
-    # --- cleanup -----------------------------------------------------------------
+    async def _stream_build(
+        self, tag: str, context: bytes, labels: Mapping[str, str], output: CappedOutput
+    ) -> str | None:
+        """Run one classic-builder build, recording its output; its error, if any."""
+        error: str | None = None
+        try:
+            stream = self._docker.images.build(
+                fileobj=io.BytesIO(context),
+                encoding="application/x-tar",
+                tag=tag,
+                labels=dict(labels),
+                rm=True,
+                forcerm=True,
+                stream=True,
+            )
+            async for chunk in stream:
+                error = record_chunk(chunk, output) or error
+        except DockerStreamError as exc:
+            output.add(f"{exc.message}\n")
+            return exc.message
+        except DockerError as exc:
+            raise DependencyUnavailable(
+                f"the Docker engine refused to build {tag}: {exc.message}"
+            ) from exc
+        return error
+
+    # --- cleanup (DockerImageCleaner) ------------------------------------------
     async def retire(self, function: str, keep: Collection[str]) -> list[str]:
-        images = await self._list_images("function", f"relay.function={function}")
-        names, ids = await self._container_references()
-        keep_set = {_normal(k) for k in keep}
-        removed: list[str] = []
-        for image in images:
-            tags = _tags(image)
-            if keep_set & {*tags, image["Id"]}:
-                continue
-            if any(self._pinned[_normal(t)] > 0 for t in tags):
-                continue
-            if image["Id"] in ids or names & {_normal(t) for t in tags}:
-                log.info("function_image_in_use", function=function, image=tags or image["Id"])
-                continue
-            removed.extend(await self._remove(tags or [image["Id"]]))
-        if removed:
-            await self.collect_dependency_images()
-        return removed
+        return await self._cleaner.retire(function, keep)
 
     async def collect_dependency_images(self) -> list[str]:
-        used = {
-            _normal(_labels_of(image).get("relay.dependency", ""))
-            for image in await self._list_images("function")
-        }
-        removed: list[str] = []
-        for image in await self._list_images("dependency"):
-            tags = _tags(image)
-            if used & set(tags) or any(self._pinned[_normal(t)] > 0 for t in tags):
-                continue
-            removed.extend(await self._remove(tags or [image["Id"]]))
-        return removed
-
-    async def _remove(self, names: list[str]) -> list[str]:
-        removed = []
-        for name in names:
-            try:
-                await self._docker.images.delete(name, force=False)
-            except DockerError as exc:
-                if exc.status == _NOT_FOUND:
-                    continue
-                # 409: a container or a child image still uses it; never forced.
-                log.info("image_remove_skipped", image=name, reason=exc.message)
-                continue
-            log.info("image_removed", image=name)
-            removed.append(name)
-        return removed
-
-    async def _container_references(self) -> tuple[set[str], set[str]]:
-        """Image names from containers' ``relay.image`` labels, and image ids of
-        every container in any state."""
-        try:
-            containers = await self._docker.containers.list(all=1)
-        except DockerError as exc:
-            raise DependencyUnavailable(f"cannot list containers: {exc.message}") from exc
-        names: set[str] = set()
-        ids: set[str] = set()
-        for container in containers:
-            labels = container["Labels"] or {}
-            if labels.get("relay.image"):
-                names.add(_normal(labels["relay.image"]))
-            if container["ImageID"]:
-                ids.add(container["ImageID"])
-        return names, ids
-
-    async def _list_images(self, kind: str, *more: str) -> list[dict[str, Any]]:
-        selectors = [f"relay.type={kind}", *more, *(f"{k}={v}" for k, v in self._labels.items())]
-        try:
-            images: list[dict[str, Any]] = await self._docker.images.list(
-                filters={"label": selectors}
-            )
-        except DockerError as exc:
-            raise DependencyUnavailable(f"cannot list images: {exc.message}") from exc
-        return images
+        return await self._cleaner.collect_dependency_images()
 
     # --- helpers -----------------------------------------------------------------
     async def _inspect(self, tag: str) -> dict[str, Any] | None:
@@ -380,21 +336,3 @@ def _read(directory: Path) -> list[tuple[str, bytes]]:
     if not directory.is_dir():
         raise BuildError(f"{directory} is not a directory")
     return read_sources(directory, select_sources(directory))
-
-
-def _tags(image: Mapping[str, Any]) -> list[str]:
-    return [t for t in (image.get("RepoTags") or []) if t and t != "<none>:<none>"]
-
-
-def _normal(name: str) -> str:
-    """``name`` with the implicit ``:latest`` the engine reports in ``RepoTags``."""
-    if not name or name.startswith("sha256:"):
-        return name
-    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
-
-
-def _labels_of(image: Mapping[str, Any]) -> dict[str, str]:
-    labels = image.get("Labels")
-    if labels is None:
-        labels = (image.get("Config") or {}).get("Labels")
-    return dict(labels or {})
