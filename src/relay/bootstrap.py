@@ -140,7 +140,10 @@ def compose(
     bus.register(
         cmd.ReplayDeadLetter,
         DeadLetterReplayer(
-            dead_letters=dead_letters, registry=registry, runtime=runtime, slots=slots,
+            dead_letters=dead_letters,
+            registry=registry,
+            runtime=runtime,
+            slots=slots,
             secrets=secrets,
         ),
     )
@@ -275,7 +278,17 @@ async def build_worker(
             ("stats", stats.run),
             ("watcher", FunctionsWatcher(functions_dir, on_change, on_full_pass).run),
             ("consumer", ConsumerLoop(stream, dispatch, buffer).run),
-            ("recovery", RecoveryLoop(stream, dispatch, buffer, publish=bus.publish).run),
+            (
+                "recovery",
+                RecoveryLoop(
+                    stream,
+                    dispatch,
+                    buffer,
+                    publish=bus.publish,
+                    interval_s=settings.recovery.interval_s,
+                    min_idle_ms=settings.recovery.min_idle_ms,
+                ).run,
+            ),
             (
                 "backlog",
                 _bind(

@@ -245,3 +245,13 @@ def test_redis_settings_for_admin_commands() -> None:
     assert (r.url, r.stream, r.group) == ("redis://h:1", "s", "")
     with pytest.raises(ConfigError, match="REDIS_GROUP is required"):
         load_redis_settings({"REDIS_URI": "h:1", "REDIS_STREAM": "s"})
+
+
+def test_recovery_cadence_defaults_and_test_knobs() -> None:
+    s = load_settings(BASE)
+    assert (s.recovery.interval_s, s.recovery.min_idle_ms) == (60.0, 60_000)
+    fast = load_settings(
+        {**BASE, "RELAY_TEST_RECOVERY_INTERVAL": "500ms", "RELAY_TEST_RECOVERY_MIN_IDLE": "1s"}
+    )
+    assert (fast.recovery.interval_s, fast.recovery.min_idle_ms) == (0.5, 1000)
+    assert "test-only" in rejects("RELAY_TEST_RECOVERY_INTERVAL", "0s")

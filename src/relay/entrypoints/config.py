@@ -82,6 +82,16 @@ class TraefikSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoverySettings:
+    """The recovery loop's cadence. Fixed by the spec (every 1m, for messages idle
+    1m); ``RELAY_TEST_RECOVERY_INTERVAL``/``RELAY_TEST_RECOVERY_MIN_IDLE`` exist only
+    so end-to-end tests of the failure table do not wait minutes per case."""
+
+    interval_s: float = 60.0
+    min_idle_ms: int = 60_000
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything ``relay start`` needs from the environment, validated."""
 
@@ -98,6 +108,7 @@ class Settings:
     traefik: TraefikSettings = field(default_factory=TraefikSettings)
     hostname: str = ""
     paths: Paths = field(default_factory=Paths)
+    recovery: RecoverySettings = field(default_factory=RecoverySettings)
 
 
 class _Collector:
@@ -172,6 +183,16 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         ),
         hostname=c.raw("RELAY_HOSTNAME") or socket.gethostname(),
         paths=load_paths(env),
+        recovery=RecoverySettings(
+            interval_s=c.parse(
+                "RELAY_TEST_RECOVERY_INTERVAL", positive_duration, 60 * 10**9, _TEST_ONLY
+            )
+            / 1e9,
+            min_idle_ms=c.parse(
+                "RELAY_TEST_RECOVERY_MIN_IDLE", positive_duration, 60 * 10**9, _TEST_ONLY
+            )
+            // 10**6,
+        ),
     )
     if c.problems:
         raise ConfigError("\n".join(c.problems))
@@ -201,6 +222,7 @@ def load_redis_settings(env: Mapping[str, str], *, need_group: bool = True) -> R
     return RedisSettings(url=url, stream=stream, group=group)
 
 
+_TEST_ONLY = "a positive Go duration (a test-only setting)"
 _REDIS_URI_ACCEPTS = "host:port, redis://[user:password@]host:port or rediss://..."
 _ADDR_ACCEPTS = "a listen address host:port or :port, with a port from 1 to 65535"
 
