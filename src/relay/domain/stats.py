@@ -59,15 +59,24 @@ class StatsSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def since_baseline(current: StatsSnapshot, baseline: StatsSnapshot) -> StatsSnapshot:
-    """The counters accumulated since ``baseline`` (never negative); gauges unchanged."""
+    """The counters accumulated since ``baseline``; gauges unchanged.
+
+    Counters only grow, so a value below its baseline means the series started
+    again from zero after the baseline was taken (a function removed and added
+    back): everything it holds then counts as accumulated since the baseline.
+    """
     totals = {key: current.total(key) for key in BACKLOG_GAUGES}
     for key in GLOBAL_COUNTERS:
-        totals[key] = max(0, current.total(key) - baseline.total(key))
+        totals[key] = _since(current.total(key), baseline.total(key))
     functions = {}
     for name in current.functions:
         now, base = current.function(name), baseline.function(name)
-        functions[name] = {key: max(0, now[key] - base[key]) for key in FUNCTION_COUNTERS}
+        functions[name] = {key: _since(now[key], base[key]) for key in FUNCTION_COUNTERS}
     return StatsSnapshot(totals=totals, functions=functions, updated_at=current.updated_at)
+
+
+def _since(value: int, base: int) -> int:
+    return value - base if value >= base else value
 
 
 def zeroed(snapshot: StatsSnapshot) -> StatsSnapshot:

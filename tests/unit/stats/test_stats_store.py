@@ -137,3 +137,16 @@ async def test_broken_store_is_logged_not_fatal() -> None:
     events = [e["event"] for e in logs]
     assert events.count("stats_flush_failed") == 1  # logged once while failing, not per tick
     assert "stats_restore_failed" in events
+
+
+async def test_a_function_added_back_after_a_reset_counts_from_its_new_series() -> None:
+    metrics = counted(5)
+    store = InMemoryStatsStore()
+    rec = StatsRecorder(metrics, store, FakeClock())
+    await rec.reset()
+    metrics.function_removed("fn")
+    metrics.function_activated("fn")
+    metrics.event_classified(matched=True, functions=["fn"])
+    await rec.flush()
+    assert store.persisted.function("fn")["events_matched"] == 1
+    assert store.persisted.total("events_matched") == 1
