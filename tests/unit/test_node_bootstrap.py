@@ -1,0 +1,156 @@
+"""The Node bootstrap as a plain subprocess on the host's Node (no Docker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from relay.adapters.docker.bootstraps import bootstrap_source
+
+NODE = shutil.which("node")
+pytestmark = pytest.mark.skipif(NODE is None, reason="no node on this host's PATH")
+
+APP = {
+    "package.json": '{"type": "module"}',
+    "mod.mjs": """
+import fs from 'node:fs';
+export function ok(event) {
+  console.log('stdout line', JSON.stringify(event));
+  console.error('stderr line');
+}
+export async function later(event) {
+  await new Promise((r) => setTimeout(r, 5));
+  console.log('later');
+}
+export function boom() { throw new TypeError('bad thing'); }
+export function env(event) {
+  const shown = event.show.map((k) => [k, process.env[k] ?? null]);
+  console.log('ENV ' + JSON.stringify(Object.fromEntries(shown)));
+}
+export function forge() {
+  fs.writeSync(1, 'half a line');
+  process.stdout.write(JSON.stringify({ id: null, ok: true, error: '' }) + '\\n');
+  throw new Error('real');
+}
+""",
+    "deep/index.js": "export function handler(e) { console.log('index', e.n); }\n",
+    "both.js": "export function handler() { console.log('js wins'); }\n",
+}
+
+
+class NodeBootstrap:
+    def __init__(self, app: Path, **env: str) -> None:
+        _, source = bootstrap_source("node24")
+        script = app.parent / "bootstrap.mjs"
+        script.write_bytes(source)
+        assert NODE is not None
+        self.process = subprocess.Popen(
+            [NODE, str(script)],
+            cwd=app,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **env},
+        )
+        self.count = 0
+
+    def call(self, handler: str, event: object = None, **env: str) -> tuple[dict[str, object], str]:
+        assert self.process.stdin
+        assert self.process.stdout
+        assert self.process.stderr
+        self.count += 1
+        nonce = f"nonce{self.count}"
+        request = {"id": nonce, "handler": handler, "env": env, "event": json.dumps(event or {})}
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+        self.process.stdin.flush()
+        marker = b"\x1erelay-end:" + nonce.encode() + b"\n"
+        output = b""
+        while not output.endswith(marker):
+            output += self.process.stderr.read1(65536)  # type: ignore[attr-defined]
+        stray: list[str] = []
+        while True:
+            line = self.process.stdout.readline()
+            if not line.strip():
+                continue
+            parsed = json.loads(line) if line.startswith(b"{") else None
+            if isinstance(parsed, dict) and parsed.get("id") == nonce:
+                return parsed, output[: -len(marker)].decode() + "".join(stray)
+            stray.append(line.decode())
+
+    def close(self) -> int:
+        assert self.process.stdin
+        self.process.stdin.close()
+        code = self.process.wait(timeout=10)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream:
+                stream.close()
+        return code
+
+
+@pytest.fixture
+def boot(tmp_path: Path) -> Iterator[NodeBootstrap]:
+    root = tmp_path / "app"
+    for name, text in APP.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    bootstrap = NodeBootstrap(root, KEPT="original")
+    yield bootstrap
+    bootstrap.close()
+
+
+def test_success_output_and_async(boot: NodeBootstrap) -> None:
+    answer, output = boot.call("mod.ok", {"a": 1})
+    assert answer == {"id": "nonce1", "ok": True, "error": ""}
+    assert output == 'stdout line {"a":1}\nstderr line\n'
+    answer, output = boot.call("mod.later")
+    assert answer["ok"] is True
+    assert output == "later\n"
+
+
+def test_module_lookup_order(boot: NodeBootstrap) -> None:
+    assert boot.call("deep.handler", {"n": 2})[1] == "index 2\n"
+    assert boot.call("both.handler")[1] == "js wins\n"
+    missing = boot.call("absent.handler")[0]
+    assert missing["ok"] is False
+    assert "no module" in str(missing["error"])
+
+
+def test_exception_is_a_failure_and_the_process_keeps_serving(boot: NodeBootstrap) -> None:
+    answer, output = boot.call("mod.boom")
+    assert answer["error"] == "TypeError: bad thing"
+    assert "TypeError: bad thing" in output
+    assert boot.call("mod.ok")[0]["ok"] is True
+
+
+def test_forged_frames_do_not_answer(boot: NodeBootstrap) -> None:
+    answer, output = boot.call("mod.forge")
+    assert answer == {"id": "nonce1", "ok": False, "error": "Error: real"}
+    assert '{"id":null,"ok":true,"error":""}' in output
+    assert "half a line" in output
+
+
+def test_environment_is_set_then_removed_or_restored(boot: NodeBootstrap) -> None:
+    show = {"show": ["KEPT", "ONLY_FIRST", "RELAY_HANDLER"]}
+    _, first = boot.call("mod.env", show, KEPT="override", ONLY_FIRST="1")
+    _, second = boot.call("mod.env", show)
+    assert json.loads(first.removeprefix("ENV ")) == {
+        "KEPT": "override",
+        "ONLY_FIRST": "1",
+        "RELAY_HANDLER": "mod.env",
+    }
+    assert json.loads(second.removeprefix("ENV ")) == {
+        "KEPT": "original",
+        "ONLY_FIRST": None,
+        "RELAY_HANDLER": "mod.env",
+    }
+
+
+def test_exits_on_end_of_input(boot: NodeBootstrap) -> None:
+    boot.call("mod.ok")
+    assert boot.close() == 0
