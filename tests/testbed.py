@@ -370,7 +370,9 @@ class DockerCleanup:
         # The low-level list: images.list() inspects each image, racing other tests' removals.
         refs = list(self.images)
         for image in self.client.api.images(filters={"label": label}):
-            refs.extend(image.get("RepoTags") or [image["Id"]])
+            # An untagged image is listed as "<none>:<none>": remove it by id instead.
+            tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+            refs.extend(tags or [image["Id"]])
         for image in self.client.api.images():
             refs.extend(tag for tag in image.get("RepoTags") or [] if self.unique in tag)
         return list(dict.fromkeys(refs))  # once each, registration order first
