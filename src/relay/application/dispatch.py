@@ -402,6 +402,7 @@ def _result_event(
         "duration_s": result.duration_s,
     }
     if isinstance(transition, Complete):
+        _log.info("invocation_succeeded", **common)
         return InvocationSucceeded(**common)
     log = _log.bind(**common, error=result.error, exit_code=result.exit_code)
     if isinstance(transition, Retry):
