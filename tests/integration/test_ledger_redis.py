@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 import redis.asyncio
 
@@ -78,3 +79,35 @@ async def test_scripts_reload_after_a_script_flush(
     assert result.statuses[0].status == "claimed"
     marker = text(await bytes_redis.hget(invocation_key(ctx.stream, ctx.group, message_id), FIELD))
     assert marker.endswith("#1#tok")
+
+
+async def test_concurrent_calls_share_pipelined_round_trips_even_after_a_flush(
+    bytes_redis: redis.asyncio.Redis, unique: str
+) -> None:
+    stream = RedisEventStream(bytes_redis, stream=f"{unique}-events", group="g", consumer="w1")
+    await stream.ensure_group()
+    for _ in range(20):
+        await bytes_redis.xadd(stream.stream, {"event": b"{}"})
+    messages = await stream.read(20, 10)
+    ledger = RedisInvocationLedger(bytes_redis)
+    await bytes_redis.script_flush()
+    results: list[str] = []
+
+    async def claim_one(message_id: str) -> None:
+        ctx = MessageContext(
+            stream=stream.stream, group="g", consumer="w1", message_id=message_id, timestamp="t"
+        )
+        result = await ledger.begin(claim(ctx, "tok"))
+        results.append(result.statuses[0].status)
+
+    async with anyio.create_task_group() as tg:
+        for message in messages:
+            tg.start_soon(claim_one, message.id)
+    assert results == ["claimed"] * 20
+    assert ledger.round_trips <= 3  # one SCRIPT LOAD, then one or two pipelines
+    await bytes_redis.script_flush()  # a restart while the worker runs
+    results.clear()
+    async with anyio.create_task_group() as tg:
+        for message in messages:
+            tg.start_soon(claim_one, message.id)
+    assert results == ["running"] * 20

@@ -301,3 +301,34 @@ async def test_a_crashed_worker_still_moves_the_invocation_toward_the_dlq() -> N
     [exhausted] = world.of(ev.InvocationExhausted)
     assert exhausted.attempt == 2
     assert world.dlq.entries[0][1].handler_attempts == 2
+
+
+async def test_shutdown_mid_message_releases_the_claims_it_did_not_finish() -> None:
+    world = World()
+    world.function(
+        "users",
+        {
+            "events": [
+                rule("events.slow.handler", {"table": ["users"]}),
+                rule("events.next.handler", {"table": ["users"]}),
+            ]
+        },
+    )
+    started = anyio.Event()
+
+    async def slow(request: InvocationRequest) -> InvocationResult:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    world.runtime.script["users/events.slow.handler"] = slow
+    message_id = world.stream.add(INSERT)
+    [message] = await world.stream.read(1, 0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(world.dispatch, message)
+        await started.wait()
+        tg.cancel_scope.cancel()
+    # Neither claim charged an attempt: both markers are back to absent.
+    assert world.ledger.hashes[message_id] == {"@class": "matched:users"}
+    assert world.ledger.calls == ["begin", "finish"]
+    assert message_id in world.stream.pending
