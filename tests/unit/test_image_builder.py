@@ -175,6 +175,7 @@ async def test_first_prepare_builds_dependency_then_function_and_later_ones_reus
     assert not again.built
     assert again.image == first.image
     assert len(engine.images.built) == 2
+    assert builder._locks == {}  # per-image locks do not pile up
 
 
 async def test_functions_with_the_same_dependencies_share_one_dependency_image(

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -325,11 +326,17 @@ class DockerImageBuilder:
             self._architecture = str(info.get("Architecture", "unknown"))
         return self._architecture
 
-    def _lock(self, key: str) -> anyio.Lock:
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = anyio.Lock()
-        return lock
+    @asynccontextmanager
+    async def _lock(self, key: str) -> AsyncIterator[None]:
+        """One prepare per image name at a time; the lock is dropped once nobody
+        holds or waits for it, so versions do not accumulate locks."""
+        lock = self._locks.setdefault(key, anyio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._locks.pop(key, None)
 
 
 def _read(directory: Path) -> list[tuple[str, bytes]]:
