@@ -221,6 +221,7 @@ async def build_worker(
             networks=settings.networks,
             idle_timeout_s=settings.warm_idle_timeout_ns / 1e9,
             output=output or _print_line,
+            max_containers=settings.max_concurrency,
             publish=bus.publish,
         )
         builder = InstrumentedImageBuilder(DockerImageBuilder(docker), metrics)
@@ -254,59 +255,90 @@ async def build_worker(
         state_view.subscribe(bus)
         await stack.enter_async_context(runtime)  # containers are discarded on exit
 
-        buffer = MessageBuffer(settings.max_buffered_events)
-        metrics.watch_worker(
-            in_flight=lambda: slots.in_flight,
-            buffered=lambda: buffer.occupancy,
-            concurrency_waits=lambda: slots.waits_total,
-        )
-
-        async def dispatch(message: Any) -> None:
-            await bus.send(cmd.DispatchMessage(message=message))
-
-        async def on_change(name: str) -> None:
-            await bus.send(cmd.ReconcileFunction(name=name))
-
-        async def on_full_pass() -> None:
-            await bus.send(cmd.ReconcileAll())
-
         worker = Worker(composition)
         worker.before_start.append(stats.restore)
-        control = ControlServer(lock, bus.send)
-        worker.loops += [
-            ("control", control.serve),
-            ("stats", stats.run),
-            ("watcher", FunctionsWatcher(functions_dir, on_change, on_full_pass).run),
-            ("consumer", ConsumerLoop(stream, dispatch, buffer).run),
-            (
-                "recovery",
-                RecoveryLoop(
-                    stream,
-                    dispatch,
-                    buffer,
-                    publish=bus.publish,
-                    interval_s=settings.recovery.interval_s,
-                    min_idle_ms=settings.recovery.min_idle_ms,
-                ).run,
-            ),
-            (
-                "backlog",
-                _bind(
-                    sample_backlog,
-                    redis_backlog_reader(redis, settings.redis.stream, settings.redis.group),
-                    metrics,
-                ),
-            ),
-        ]
-        if settings.metrics_addr is not None:
-            server = MetricsServer(metrics, str(settings.metrics_addr))
-            worker.loops.append(("metrics", server.run))
-        if settings.stream_retention_ns is not None:
-            trimmer = RetentionTrimmer(
-                redis, settings.redis.stream, settings.stream_retention_ns, clock
-            )
-            worker.loops.append(("retention", trimmer.run))
+        _add_loops(
+            worker,
+            settings,
+            functions_dir,
+            lock=lock,
+            redis=redis,
+            stream=stream,
+            metrics=metrics,
+            slots=slots,
+            stats=stats,
+            clock=clock,
+        )
         yield worker
+
+
+def _add_loops(
+    worker: Worker,
+    settings: Any,
+    functions_dir: Path,
+    *,
+    lock: ProcessLock,
+    redis: Any,
+    stream: RedisEventStream,
+    metrics: Metrics,
+    slots: Slots,
+    stats: StatsRecorder,
+    clock: SystemClock,
+) -> None:
+    """The background loops of ``relay start``, in the order they are started."""
+    bus = worker.bus
+    buffer = MessageBuffer(settings.max_buffered_events)
+    metrics.watch_worker(
+        in_flight=lambda: slots.in_flight,
+        buffered=lambda: buffer.occupancy,
+        concurrency_waits=lambda: slots.waits_total,
+    )
+
+    async def dispatch(message: Any) -> None:
+        await bus.send(cmd.DispatchMessage(message=message))
+
+    async def on_change(name: str) -> None:
+        await bus.send(cmd.ReconcileFunction(name=name))
+
+    async def on_full_pass() -> None:
+        await bus.send(cmd.ReconcileAll())
+
+    consumer = ConsumerLoop(stream, dispatch, buffer)
+    recovery = RecoveryLoop(
+        stream,
+        dispatch,
+        buffer,
+        publish=bus.publish,
+        interval_s=settings.recovery.interval_s,
+        min_idle_ms=settings.recovery.min_idle_ms,
+    )
+    # A Redis outage shows in `relay health` while the loops keep retrying.
+    worker.composition.health.watch("redis", lambda: consumer.health.healthy)
+    worker.composition.health.watch("redis recovery", lambda: recovery.health.healthy)
+    control = ControlServer(lock, bus.send)
+    worker.loops += [
+        ("control", control.serve),
+        ("stats", stats.run),
+        ("watcher", FunctionsWatcher(functions_dir, on_change, on_full_pass).run),
+        ("consumer", consumer.run),
+        ("recovery", recovery.run),
+        (
+            "backlog",
+            _bind(
+                sample_backlog,
+                redis_backlog_reader(redis, settings.redis.stream, settings.redis.group),
+                metrics,
+            ),
+        ),
+    ]
+    if settings.metrics_addr is not None:
+        server = MetricsServer(metrics, str(settings.metrics_addr))
+        worker.loops.append(("metrics", server.run))
+    if settings.stream_retention_ns is not None:
+        trimmer = RetentionTrimmer(
+            redis, settings.redis.stream, settings.stream_retention_ns, clock
+        )
+        worker.loops.append(("retention", trimmer.run))
 
 
 def _pool_snapshots(runtime: DockerContainerRuntime) -> dict[str, PoolSnapshot]:

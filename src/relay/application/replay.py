@@ -11,25 +11,24 @@ lifecycle: no ledger, no retry, no new DLQ entry, no event counters.
 from __future__ import annotations
 
 import time
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 import structlog
 
 from relay.application.bus import Outcome
-from relay.application.environment import resolve_environment
+from relay.application.invoke import CatalogSource, Invoker, SlotPool, run_once, serving_function
 from relay.application.ports import SecretStore
 from relay.domain.commands import ReplayDeadLetter
 from relay.domain.errors import RelayError
 from relay.domain.events import HandlerInvoked
 from relay.domain.execution import (
     InvocationRequest,
-    InvocationResult,
     clamp_timeout_ns,
     failure_message,
 )
 from relay.domain.outcome import PLACEHOLDER, DeadLetterEntry
+from relay.domain.template import EventRule, ScheduleRule, Template
 
 _log = structlog.get_logger(__name__)
 
@@ -73,18 +72,6 @@ class DeadLetterSource(Protocol):
         ...
 
 
-class CatalogSource(Protocol):
-    def current(self) -> Any: ...
-
-
-class SlotPool(Protocol):
-    def acquire(self, function: str) -> AbstractAsyncContextManager[None]: ...
-
-
-class Invoker(Protocol):
-    async def invoke(self, request: InvocationRequest) -> InvocationResult: ...
-
-
 class DeadLetterReplayer:
     """Handler of :class:`ReplayDeadLetter` (register it on the bus)."""
 
@@ -112,18 +99,20 @@ class DeadLetterReplayer:
             )
         template, timeout_ns = self._target(entry)
         started = time.monotonic()
-        async with self._slots.acquire(entry.function):
-            env = resolve_environment(template.env, template.secrets, self._secrets)
-            result = await self._runtime.invoke(
-                InvocationRequest(
-                    function=entry.function,
-                    handler=entry.handler,
-                    event=entry.event.encode(),
-                    env=env,
-                    timeout_ns=timeout_ns,
-                    context=REPLAY_CONTEXT,
-                )
-            )
+        result = await run_once(
+            slots=self._slots,
+            runtime=self._runtime,
+            secrets=self._secrets,
+            template=template,
+            request=InvocationRequest(
+                function=entry.function,
+                handler=entry.handler,
+                event=entry.event.encode(),
+                env={},
+                timeout_ns=timeout_ns,
+                context=REPLAY_CONTEXT,
+            ),
+        )
         duration = time.monotonic() - started
         if not result.ok:
             _log.warning(
@@ -150,16 +139,11 @@ class DeadLetterReplayer:
         )
         return Outcome(summary, [event])
 
-    def _target(self, entry: DeadLetterEntry) -> tuple[Any, int]:
+    def _target(self, entry: DeadLetterEntry) -> tuple[Template, int]:
         """The function's template and the recorded handler's capped timeout."""
-        function = self._registry.current().functions.get(entry.function)
-        if function is None:
-            raise NotReplayable(f'function "{entry.function}" no longer exists')
-        if function.image is None:
-            why = function.last_error or "its first image is still being built"
-            raise NotReplayable(f'function "{entry.function}" is not available: {why}')
-        template = function.template
-        for rule in (*template.events, *template.schedules):
+        template: Template = serving_function(self._registry, entry.function).template
+        rules: tuple[EventRule | ScheduleRule, ...] = (*template.events, *template.schedules)
+        for rule in rules:
             if rule.handler == entry.handler:
                 return template, clamp_timeout_ns(rule.timeout_ns)
         raise NotReplayable(

@@ -32,9 +32,13 @@ def start(
 
 def health() -> None:
     """Exit 0 when Redis and Docker answer, 1 with the failing check on stderr."""
+    from relay.adapters.control.client import fetch_health
+    from relay.entrypoints.config import load_paths
     from relay.entrypoints.health import check_health
 
     problem = anyio.run(check_health, dict(os.environ))
+    # When a worker runs here, it must also report itself ready.
+    problem = problem or fetch_health(load_paths(os.environ).socket)
     if problem is not None:
         fail(problem)
     out("ok")
