@@ -18,6 +18,10 @@ script prints:
 * DLQ entries next to exhausted invocations (events that never succeeded) and
   duplicate DLQ entries (want equal, and 0);
 * pending at the end (want 0).
+
+Settling takes minutes: a failed attempt waits out its 1 m backoff, and the
+recovery loop hands back at most MAX_BUFFERED_EVENTS (16) idle messages per
+worker per minute, so about 500 failures need some 15 minutes with two workers.
 """
 
 from __future__ import annotations
@@ -174,13 +178,16 @@ async def chaos(
 async def wait_settled(client: Redis, stream: str, group: str, last: str, limit_s: float) -> int:
     """Wait until the group has delivered everything and nothing is pending."""
     deadline = time.monotonic() + limit_s
-    pending = -1
+    pending, shown = -1, 0.0
     while time.monotonic() < deadline:
         for info in await client.xinfo_groups(stream):
             if info["name"] == group:
                 pending = int(info["pending"])
                 if info["last-delivered-id"] == last and pending == 0:
                     return 0
+        if time.monotonic() - shown >= 60:
+            print(f"soak: {pending} pending at {time.strftime('%H:%M:%S')}", flush=True)
+            shown = time.monotonic()
         await anyio.sleep(1)
     return pending
 
