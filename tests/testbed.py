@@ -208,7 +208,7 @@ class RedisServer:
         client = redis.Redis(host=self.host, port=self.port, socket_timeout=1)
         try:
             return bool(client.ping())
-        except redis.exceptions.ConnectionError:
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             return False
         finally:
             client.close()

@@ -8,6 +8,7 @@ import time
 import docker.errors  # type: ignore[import-untyped]
 import pytest
 import redis.asyncio
+import redis.exceptions
 
 from tests.testbed import (
     REDIS_IMAGE,
@@ -94,6 +95,23 @@ def test_stopped_redis_refuses_connections_until_started(restartable_redis: Redi
 
     restartable_redis.start()
     assert restartable_redis.ping()
+
+
+@pytest.mark.redis
+def test_paused_redis_answers_nothing_until_unpaused(restartable_redis: RedisServer) -> None:
+    client = redis.Redis.from_url(restartable_redis.url, socket_timeout=0.5)
+    try:
+        client.set("k", "v")
+        restartable_redis.pause()
+        try:
+            with pytest.raises(redis.exceptions.TimeoutError):
+                client.get("k")
+        finally:
+            restartable_redis.unpause()
+
+        assert client.get("k") == b"v"  # nothing was lost: the server was only frozen
+    finally:
+        client.close()
 
 
 @pytest.mark.docker
