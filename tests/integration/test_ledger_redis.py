@@ -111,3 +111,41 @@ async def test_concurrent_calls_share_pipelined_round_trips_even_after_a_flush(
         for message in messages:
             tg.start_soon(claim_one, message.id)
     assert results == ["running"] * 20
+
+
+async def test_sustained_calls_pass_the_sender_role_on_and_all_succeed(
+    bytes_redis: redis.asyncio.Redis, unique: str
+) -> None:
+    stream = RedisEventStream(bytes_redis, stream=f"{unique}-events", group="g", consumer="w1")
+    await stream.ensure_group()
+    for _ in range(50):
+        await bytes_redis.xadd(stream.stream, {"event": b"{}"})
+    messages = await stream.read(50, 10)
+    ledger = RedisInvocationLedger(bytes_redis)
+    ledger._batcher._timeout_s = 1.0  # shorter than the load below lasts
+    failures: list[BaseException] = []
+    calls = 0
+    stop_at = anyio.current_time() + 2.5
+
+    async def keep_calling(message_id: str) -> None:
+        nonlocal calls
+        ctx = MessageContext(
+            stream=stream.stream, group="g", consumer="w1", message_id=message_id, timestamp="t"
+        )
+        step = 0
+        while anyio.current_time() < stop_at:
+            step += 1
+            # Staggered arrivals: some call always lands while a round is in flight.
+            await anyio.sleep((hash((message_id, step)) % 7) / 4000)
+            try:
+                await ledger.begin(claim(ctx, "tok"))
+                calls += 1
+            except Exception as exc:
+                failures.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for message in messages:
+            tg.start_soon(keep_calling, message.id)
+    assert failures == []
+    assert calls > 50
+    assert ledger.round_trips < calls

@@ -85,12 +85,15 @@ class _Call:
 class ScriptBatcher:
     """Coalesces concurrent script calls into one pipelined round trip.
 
-    The first caller becomes the sender: it yields once so the other messages of
-    the same read batch can queue their calls, then sends everything queued as
-    one pipeline (no MULTI: each script is atomic on its own), and repeats while
-    calls keep arriving. Sending is shielded so a cancelled sender never strands
-    the calls it took. A NOSCRIPT reply falls back to the one-call path, which
-    loads the script.
+    A caller whose call is still queued while nobody is sending becomes the
+    sender for one round: it yields once so the other messages of the same read
+    batch can queue their calls, then sends up to ``max_batch`` of the oldest as
+    one pipeline (no MULTI: each script is atomic on its own). Every caller sends
+    rounds only until its own call is answered, so under sustained load the
+    sender role passes from caller to caller and nobody is held back. Waiting is
+    shielded and bounded, so a call handed to Redis always reaches its caller (a
+    claim taken just before shutdown is then released by the dispatcher). A
+    NOSCRIPT reply falls back to the one-call path, which loads the script.
     """
 
     def __init__(
@@ -98,9 +101,9 @@ class ScriptBatcher:
     ) -> None:
         self._client = client
         self._queue: list[_Call] = []
-        self._inflight: list[_Call] = []
         self._loaded: set[str] = set()
         self._sending = False
+        self._round_done: anyio.Event | None = None
         self._max_batch = max_batch
         self._timeout_s = timeout_s
         self.round_trips = 0  # pipelines and single calls sent (for the benches)
@@ -110,34 +113,40 @@ class ScriptBatcher:
         call = _Call(script, keys, args)
         self._queue.append(call)
         self.calls += 1
-        # Shielded and bounded: a call handed to Redis is always waited for, so a
-        # claim taken just before shutdown reaches the caller (which releases it).
         deadline = anyio.current_time() + self._timeout_s
         with anyio.CancelScope(shield=True, deadline=deadline):
-            if not self._sending:
-                await self._send_as_sender()
-            await call.done.wait()
+            while not call.done.is_set():
+                if not self._sending:
+                    await self._send_round()
+                else:
+                    if self._round_done is None:
+                        self._round_done = anyio.Event()
+                    await self._round_done.wait()
         if not call.done.is_set():
+            if call in self._queue:
+                self._queue.remove(call)
             raise DependencyUnavailable(f"redis ledger script {script.name} timed out")
         if call.error is not None:
             raise call.error
         return call.reply
 
-    async def _send_as_sender(self) -> None:
+    async def _send_round(self) -> None:
         self._sending = True
+        batch: list[_Call] = []
         try:
             await anyio.lowlevel.checkpoint()
-            while self._queue:
-                self._inflight = self._queue[: self._max_batch]
-                del self._queue[: self._max_batch]
-                await self._send(self._inflight)
+            batch = self._queue[: self._max_batch]
+            del self._queue[: self._max_batch]
+            await self._send(batch)
         finally:
+            for call in batch:
+                if not call.done.is_set():  # the round was cut short (timeout)
+                    call.error = DependencyUnavailable("redis ledger call was not answered")
+                    call.done.set()
             self._sending = False
-            stranded = [c for c in (*self._inflight, *self._queue) if not c.done.is_set()]
-            self._inflight, self._queue = [], []
-            for call in stranded:
-                call.error = DependencyUnavailable("redis ledger call was not sent in time")
-                call.done.set()
+            if self._round_done is not None:
+                self._round_done.set()
+                self._round_done = None
 
     async def _load(self, batch: list[_Call]) -> None:
         """SCRIPT LOAD what this client has not loaded yet (once, not per call)."""
