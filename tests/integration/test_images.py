@@ -364,7 +364,7 @@ async def test_an_out_of_date_uv_lock_fails_the_build(
 async def test_what_a_failed_build_leaves_is_collected(
     docker: aiodocker.Docker, tmp_path: Path, unique: str, docker_cleanup: DockerCleanup
 ) -> None:
-    builder = DockerImageBuilder(docker, labels=docker_cleanup.labels, stage_grace=0)
+    builder = DockerImageBuilder(docker, labels=docker_cleanup.labels, collect_grace=0)
     directory = copy_function(FIXTURES / "python-requirements", tmp_path, "fn")
     (directory / "requirements.txt").write_text("six ==== not a version\n")
     with pytest.raises(BuildError):
@@ -415,7 +415,7 @@ async def test_dependency_images_are_collected_only_when_unreferenced(
 ) -> None:
     # A builder of its own (labels unique to this test) so collecting cannot
     # remove the dependency images the other tests share.
-    builder = DockerImageBuilder(docker, labels=docker_cleanup.labels)
+    builder = DockerImageBuilder(docker, labels=docker_cleanup.labels, collect_grace=0)
     one = await prepare(builder, f"{unique}-one", EXAMPLES / "user-events-python")
     two = await prepare(builder, f"{unique}-two", EXAMPLES / "welcome-email-node")
     # A look-alike without relay.type is never touched.
@@ -424,7 +424,12 @@ async def test_dependency_images_are_collected_only_when_unreferenced(
     docker_cleanup.image(lookalike)
 
     assert await builder.collect_dependency_images() == []
-    assert await builder.retire(f"{unique}-one", keep=[]) == [one.image]
+    # Another worker with the default grace keeps a dependency image that young
+    # (it might be the base of a build still running elsewhere).
+    careful = DockerImageBuilder(docker, labels=docker_cleanup.labels)
+    assert await careful.retire(f"{unique}-one", keep=[]) == [one.image]
+    assert docker_engine.client.images.get(str(one.dependency_image))
+    assert await builder.collect_dependency_images() == [f"{one.dependency_image}:latest"]
     selector = [f"{TEST_ID_LABEL}={unique}", "relay.type=dependency"]
     dep_images = docker_engine.client.images.list(filters={"label": selector})
     dep_tags = {tag for image in dep_images for tag in image.tags}

@@ -304,6 +304,19 @@ async def test_dependency_images_go_with_their_last_function_image(
     assert unlabelled in engine.images.by_id  # no relay.type: never touched
 
 
+async def test_a_young_unreferenced_dependency_image_waits_for_the_grace(
+    engine: FakeEngine, tmp_path: Path
+) -> None:
+    builder = DockerImageBuilder(engine, collect_grace=60)  # type: ignore[arg-type]
+    fn = await prepare(builder, "fn", function_dir(tmp_path, "fn"))
+    dep_id = engine.images.tags[_normal(fn.dependency_image)]
+    engine.images.by_id[dep_id]["Created"] = time.time()
+    assert await builder.retire("fn", keep=[]) == [fn.image]
+    assert dep_id in engine.images.by_id
+    engine.images.by_id[dep_id]["Created"] = time.time() - 120
+    assert await builder.collect_dependency_images() == [_normal(fn.dependency_image)]
+
+
 async def test_an_in_flight_prepare_protects_its_dependency_image(
     builder: DockerImageBuilder, engine: FakeEngine, tmp_path: Path
 ) -> None:
@@ -331,7 +344,7 @@ async def test_scope_labels_narrow_cleanup(engine: FakeEngine, tmp_path: Path) -
 async def test_failed_build_leftovers_are_collected_once_no_build_can_need_them(
     engine: FakeEngine, tmp_path: Path
 ) -> None:
-    builder = DockerImageBuilder(engine, stage_grace=60)  # type: ignore[arg-type]
+    builder = DockerImageBuilder(engine, collect_grace=60)  # type: ignore[arg-type]
     now = time.time()
     for name, created in (("old", now - 3600), ("young", now - 5)):
         engine.images.by_id[name] = {

@@ -45,12 +45,12 @@ class DockerImageCleaner:
         in_flight: BuildsInFlight,
         *,
         labels: Mapping[str, str],
-        stage_grace: float,
+        collect_grace: float,
     ) -> None:
         self._docker = docker
         self._in_flight = in_flight
         self._labels = dict(labels)
-        self._stage_grace = stage_grace
+        self._collect_grace = collect_grace
 
     async def retire(self, function: str, keep: Collection[str]) -> list[str]:
         images = await self._list_images("function", f"relay.function={function}")
@@ -73,14 +73,21 @@ class DockerImageCleaner:
         return removed
 
     async def collect_dependency_images(self) -> list[str]:
+        """Remove dependency images no function image names in ``relay.dependency``
+        (and none younger than the grace), then old failed-build leftovers."""
         used = {
             normal(labels_of(image).get("relay.dependency", ""))
             for image in await self._list_images("function")
         }
         removed: list[str] = []
+        horizon = time.time() - self._collect_grace
         for image in await self._list_images("dependency"):
             tags = tags_of(image)
             if used & set(tags) or self._in_flight.is_pinned(tags):
+                continue
+            if float(image.get("Created") or 0) > horizon:
+                # Just built, maybe by another worker on this engine whose function
+                # image is still building FROM it: collected on a later pass.
                 continue
             removed.extend(await self._remove(tags or [image["Id"]]))
         await self._collect_stages("dependency")
@@ -95,7 +102,7 @@ class DockerImageCleaner:
         all: only top-level images are."""
         if self._in_flight.running:
             return
-        horizon = time.time() - self._stage_grace
+        horizon = time.time() - self._collect_grace
         for image in await self._list_images(f"{kind}-stage", *more):
             if tags_of(image) or float(image.get("Created") or 0) > horizon:
                 continue

@@ -89,6 +89,11 @@ class _Plan:
 class DockerImageBuilder:
     """Builds, reuses and retires images; implements ``ImageBuilder``.
 
+    ``collect_grace`` (default: the build timeout) protects images built that
+    recently from collection: an unreferenced dependency image or a failed
+    build's leftover may still be the base of a build running in another
+    worker on the same engine.
+
     ``labels`` are added to every image built and narrow what cleanup looks at
     (tests use them to own exactly their images); they also enter the
     dependency fingerprint, so differently labelled builders never share a
@@ -104,7 +109,7 @@ class DockerImageBuilder:
         runtimes: Mapping[str, Runtime] = RUNTIMES,
         output_cap: int = OUTPUT_CAP_BYTES,
         build_timeout: float = 900.0,
-        stage_grace: float | None = None,
+        collect_grace: float | None = None,
     ) -> None:
         self._docker = docker
         self._builds = anyio.Semaphore(max_concurrent_builds)
@@ -119,7 +124,7 @@ class DockerImageBuilder:
             docker,
             self._in_flight,
             labels=self._labels,
-            stage_grace=build_timeout if stage_grace is None else stage_grace,
+            collect_grace=build_timeout if collect_grace is None else collect_grace,
         )
 
     # --- prepare -----------------------------------------------------------------
