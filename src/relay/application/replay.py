@@ -17,7 +17,15 @@ import msgspec
 import structlog
 
 from relay.application.bus import Outcome
-from relay.application.invoke import CatalogSource, Invoker, SlotPool, run_once, serving_function
+from relay.application.invoke import (
+    CatalogSource,
+    FunctionNotFound,
+    FunctionUnavailable,
+    Invoker,
+    SlotPool,
+    run_once,
+    serving_function,
+)
 from relay.application.ports import SecretStore
 from relay.domain.commands import ReplayDeadLetter
 from relay.domain.errors import RelayError
@@ -141,7 +149,12 @@ class DeadLetterReplayer:
 
     def _target(self, entry: DeadLetterEntry) -> tuple[Template, int]:
         """The function's template and the recorded handler's capped timeout."""
-        template: Template = serving_function(self._registry, entry.function).template
+        try:
+            template: Template = serving_function(self._registry, entry.function).template
+        except FunctionNotFound:
+            raise NotReplayable(f'function "{entry.function}" no longer exists') from None
+        except FunctionUnavailable as exc:
+            raise NotReplayable(str(exc)) from None
         rules: tuple[EventRule | ScheduleRule, ...] = (*template.events, *template.schedules)
         for rule in rules:
             if rule.handler == entry.handler:
