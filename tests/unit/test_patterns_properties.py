@@ -227,7 +227,7 @@ def ref_match(pattern: dict[str, Any], event: Any) -> bool:
 # --- properties -----------------------------------------------------------------------
 
 
-@settings(max_examples=500, deadline=None)
+@settings(deadline=None)
 @given(guided)
 def test_matching_agrees_with_the_reference(case: tuple[dict[str, Any], dict[str, Any]]) -> None:
     pattern, event = case
@@ -237,7 +237,7 @@ def test_matching_agrees_with_the_reference(case: tuple[dict[str, Any], dict[str
     assert (compiled.explain(event, NOW) == []) == result
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(patterns, json_values)
 def test_matching_never_raises_on_any_json_value(pattern: dict[str, Any], event: Any) -> None:
     compiled = compile_pattern(pattern)
@@ -246,7 +246,7 @@ def test_matching_never_raises_on_any_json_value(pattern: dict[str, Any], event:
     compiled.matches({"a": event, "b": {"a": event, "b": event, "c": event}}, NOW)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(st.dictionaries(st.sampled_from(KEYS), json_values, min_size=1, max_size=3))
 def test_compiling_arbitrary_json_raises_only_template_errors(raw: dict[str, Any]) -> None:
     problems: list[str] = []
