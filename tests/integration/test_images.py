@@ -6,11 +6,12 @@ they never collide with anyone else's) and are removed when the module ends.
 Function images are named after the test's ``unique`` and removed after each
 test by ``docker_cleanup``.
 
-Timings on the 2-core test machine (informational, never asserted): a cold
-dependency image 1-5 s (``six`` from PyPI through the proxy, or ``npm ci``), a
-function image on a warm dependency image about 1 s, a TypeScript function
-image about 4 s (esbuild is installed and removed inside the build), a reuse
-about 20 ms. The whole module runs in about a minute.
+Timings on the 2-core test machine (informational, never asserted; measured
+with ``bench/images.py`` while other suites shared the engine, load 4-6): a
+cold dependency image 1-6 s (``six`` through the proxy for uv, ``npm ci``), a
+function image on a warm dependency image 0.8-2 s, a TypeScript function image
+4-9 s (esbuild is installed and removed inside that build), a reuse 2-60 ms.
+The whole module takes 70-120 s.
 """
 
 from __future__ import annotations
