@@ -20,8 +20,7 @@ runs and the message stays pending.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import msgspec
@@ -35,7 +34,16 @@ from relay.application.dispatch_events import (
     settlement_events,
 )
 from relay.application.environment import resolve_environment
-from relay.application.ports import Clock, EventStream, InvocationLedger, SecretStore, TokenSource
+from relay.application.ports import (
+    CatalogSource,
+    Clock,
+    EventStream,
+    InvocationLedger,
+    Invoker,
+    SecretStore,
+    SlotPool,
+    TokenSource,
+)
 from relay.domain.commands import DispatchMessage
 from relay.domain.errors import DependencyUnavailable, RelayError
 from relay.domain.events import (
@@ -89,24 +97,6 @@ _log = structlog.get_logger(__name__)
 # grace and the round trips around the run.
 LEASE_GRACE_MS = 5_000
 _CLEANUP_S = 5.0
-
-
-class CatalogSource(Protocol):
-    """``relay.application.registry.FunctionRegistry``."""
-
-    def current(self) -> Any: ...
-
-
-class SlotPool(Protocol):
-    """``relay.application.concurrency.Slots``."""
-
-    def acquire(self, function: str) -> AbstractAsyncContextManager[None]: ...
-
-
-class Invoker(Protocol):
-    """The part of ``ContainerRuntime`` the dispatcher uses."""
-
-    async def invoke(self, request: InvocationRequest) -> InvocationResult: ...
 
 
 class MessageReport(msgspec.Struct, frozen=True, kw_only=True):

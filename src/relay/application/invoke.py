@@ -10,15 +10,14 @@ One handler failing does not stop the others; the first failure is reported.
 from __future__ import annotations
 
 import time
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 import structlog
 
 from relay.application.bus import Outcome
 from relay.application.environment import resolve_environment
-from relay.application.ports import Clock, SecretStore
+from relay.application.ports import CatalogSource, Clock, Invoker, SecretStore, SlotPool
 from relay.domain.commands import InvokeFunction
 from relay.domain.errors import RelayError
 from relay.domain.events import HandlerInvoked
@@ -52,24 +51,6 @@ class InvokeSummary(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
 
 
-class CatalogSource(Protocol):
-    """``relay.application.registry.FunctionRegistry``."""
-
-    def current(self) -> Any: ...
-
-
-class SlotPool(Protocol):
-    """``relay.application.concurrency.Slots``."""
-
-    def acquire(self, function: str) -> AbstractAsyncContextManager[None]: ...
-
-
-class Invoker(Protocol):
-    """The part of ``ContainerRuntime`` used here."""
-
-    async def invoke(self, request: InvocationRequest) -> InvocationResult: ...
-
-
 class FunctionInvoker:
     """Handler of :class:`InvokeFunction` (register it on the bus)."""
 
@@ -100,8 +81,11 @@ class FunctionInvoker:
             result = await self._run(name, template, rule, payload)
             events.append(
                 HandlerInvoked(
-                    function=name, handler=rule.handler, ok=result.ok,
-                    duration_s=result.duration_s, error=result.error,
+                    function=name,
+                    handler=rule.handler,
+                    ok=result.ok,
+                    duration_s=result.duration_s,
+                    error=result.error,
                 )
             )
             if not result.ok and not first_error:
@@ -117,7 +101,9 @@ class FunctionInvoker:
         started = time.monotonic()
         try:
             return await run_once(
-                slots=self._slots, runtime=self._runtime, secrets=self._secrets,
+                slots=self._slots,
+                runtime=self._runtime,
+                secrets=self._secrets,
                 template=template,
                 request=InvocationRequest(
                     function=name,

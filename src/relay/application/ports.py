@@ -8,8 +8,9 @@ role (``RedisEventStream``); in-memory fakes for unit tests live in
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from relay.domain.execution import InvocationRequest, InvocationResult, PoolSnapshot
 from relay.domain.functions import BuildTemplate, FunctionImage
@@ -244,3 +245,22 @@ class StatsStore(Protocol):
     async def reset(self, at: float) -> None:
         """Zero every cumulative counter in place (rows kept; backlog gauges kept)."""
         ...
+
+
+# --- what the use cases that run handlers need (dispatch, invoke, replay) ----------
+class CatalogSource(Protocol):
+    """The serving functions: ``relay.application.registry.FunctionRegistry``."""
+
+    def current(self) -> Any: ...
+
+
+class SlotPool(Protocol):
+    """Concurrency slots: ``relay.application.concurrency.Slots``."""
+
+    def acquire(self, function: str) -> AbstractAsyncContextManager[None]: ...
+
+
+class Invoker(Protocol):
+    """The part of ``ContainerRuntime`` that runs one request."""
+
+    async def invoke(self, request: InvocationRequest) -> InvocationResult: ...

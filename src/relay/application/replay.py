@@ -18,15 +18,12 @@ import structlog
 
 from relay.application.bus import Outcome
 from relay.application.invoke import (
-    CatalogSource,
     FunctionNotFound,
     FunctionUnavailable,
-    Invoker,
-    SlotPool,
     run_once,
     serving_function,
 )
-from relay.application.ports import SecretStore
+from relay.application.ports import CatalogSource, Invoker, SecretStore, SlotPool
 from relay.domain.commands import ReplayDeadLetter
 from relay.domain.errors import RelayError
 from relay.domain.events import HandlerInvoked
