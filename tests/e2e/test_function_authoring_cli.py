@@ -195,7 +195,8 @@ def test_validate_flags_names_docker_cannot_build(tmp_path: Path, name: str) -> 
     function(tmp_path, name, "runtime: node24\n")
     result = run("function", "validate", str(tmp_path))
     assert result.returncode == 1
-    assert result.stdout.startswith(f"{name}: function name {name!r} cannot name a Docker image")
+    assert result.stdout.startswith(f'{name}: invalid function name "{name}": must end with')
+    assert "Docker image" in result.stdout
 
 
 def test_validate_checks_what_the_build_would_refuse(tmp_path: Path) -> None:

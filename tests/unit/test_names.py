@@ -6,6 +6,7 @@ import pytest
 
 from relay.domain.errors import InvalidNameError
 from relay.domain.names import (
+    function_name_problem,
     is_valid_env_name,
     is_valid_function_name,
     is_valid_secret_name,
@@ -72,3 +73,15 @@ def test_valid_env_names(name: str) -> None:
 @pytest.mark.parametrize("name", ["", "1ABC", "A-B", "A B", "A.B", "É", "A\n"])
 def test_invalid_env_names(name: str) -> None:
     assert not is_valid_env_name(name)
+
+
+@pytest.mark.parametrize("name", ["abc-", "abc_", "a._b", "a..b", "a___b", "x-_y"])
+def test_names_docker_refuses_as_an_image_are_invalid(name: str) -> None:
+    problem = function_name_problem(name)
+    assert problem is not None
+    assert "Docker image" in problem
+
+
+@pytest.mark.parametrize("name", ["a__b", "a--b", "a-b_c.d", "jobs.v2", "9lives"])
+def test_separators_between_letters_and_digits_are_fine(name: str) -> None:
+    assert function_name_problem(name) is None

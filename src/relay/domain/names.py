@@ -20,6 +20,10 @@ _SECRET_NAME = re.compile(r"[a-z0-9._-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+# One path component of a Docker image reference (distribution/reference grammar).
+DOCKER_NAME_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+
+
 def function_name_problem(name: str) -> str | None:
     """Why ``name`` is not a valid function name, or ``None`` when it is."""
     if not name:
@@ -33,6 +37,13 @@ def function_name_problem(name: str) -> str | None:
         )
     if name.endswith("."):
         return "must not end with a dot"
+    if DOCKER_NAME_COMPONENT.fullmatch(name) is None:
+        # The spec's rule alone lets through names Docker refuses as an image
+        # repository (`abc-`, `a..b`); they could never be built, so say so here.
+        return (
+            "must end with a letter or digit, and '.', '_', '__' or '-' may only "
+            "separate letters and digits (it names the function's Docker image)"
+        )
     return None
 
 

@@ -20,19 +20,18 @@ This module is pure: the filesystem walk that feeds it lives in
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable
 
 import msgspec
 import pathspec
+
+from relay.domain.names import DOCKER_NAME_COMPONENT
 
 GITIGNORE = ".gitignore"
 NEVER_SOURCE_DIRS = frozenset({".git"})
 FINGERPRINT_HEX_LEN = 64
 TAG_HEX_LEN = 16
 _FINGERPRINT_DOMAIN = b"relay-source-fingerprint-v1\x00"
-# One path component of a Docker reference (distribution/reference grammar).
-_DOCKER_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*")
 
 
 class SourceSelection(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,7 +127,7 @@ def image_tag(function: str, fp: str) -> str:
     if len(fp) != FINGERPRINT_HEX_LEN:
         raise ValueError(f"fingerprint must be {FINGERPRINT_HEX_LEN} hex digits")
     repository = f"relay-fn-{function}"
-    if _DOCKER_PATH_COMPONENT.fullmatch(repository) is None:
+    if DOCKER_NAME_COMPONENT.fullmatch(repository) is None:
         raise ValueError(
             f"function name {function!r} cannot name a Docker image: separators ('.', '_',"
             " '-') must sit between letters or digits, '_' at most twice in a row"
