@@ -281,15 +281,7 @@ class MessageDispatcher:
         rejected = set(settled.rejected)
         for run in runs:
             if run.report.field in rejected:
-                fn, handler = by_field[run.report.field].function, run.report.field
-                events.append(
-                    InvocationFenced(
-                        function=fn,
-                        handler=handler.split("/", 1)[1],
-                        message_id=ctx.message_id,
-                        attempt=run.report.attempt,
-                    )
-                )
+                events.append(_fenced(ctx, by_field[run.report.field], run.report.attempt))
             else:
                 events += run.events
         fallback = pending_reason(statuses, blocked, [r.report for r in runs])
@@ -362,6 +354,25 @@ class MessageDispatcher:
 class _Run(msgspec.Struct, frozen=True):
     report: AttemptReport
     events: tuple[DomainEvent, ...]
+
+
+def _fenced(ctx: MessageContext, planned: _Planned, attempt: int) -> InvocationFenced:
+    """A result the ledger rejected: this claim expired and a newer attempt holds the
+    invocation. Logged, because the result itself was already logged when the
+    handler returned and an operator must see that it did not count."""
+    _log.warning(
+        "invocation_fenced",
+        function=planned.function,
+        handler=planned.rule.handler,
+        message_id=ctx.message_id,
+        attempt=attempt,
+    )
+    return InvocationFenced(
+        function=planned.function,
+        handler=planned.rule.handler,
+        message_id=ctx.message_id,
+        attempt=attempt,
+    )
 
 
 def _released(ctx: MessageContext, planned: _Planned, status: ClaimStatus, reason: str) -> _Run:

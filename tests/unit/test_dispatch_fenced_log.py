@@ -1,0 +1,47 @@
+"""A result the ledger rejects (a newer attempt took the invocation over) is logged.
+
+The handler's own result is logged when it returns; without this line an operator
+reading the log of the late worker would see an ``invocation_succeeded`` (or a
+failure with a retry) that never counted.
+"""
+
+from __future__ import annotations
+
+import pytest
+from structlog.testing import capture_logs
+
+from relay.domain.execution import InvocationRequest, InvocationResult
+from relay.domain.invocation import Running, format_marker, parse_marker
+from tests.unit.delivery_world import World, rule
+
+pytestmark = pytest.mark.anyio
+
+FIELD = "users/events.created.handler"
+
+
+async def test_a_fenced_result_is_logged_with_its_attempt() -> None:
+    world = World()
+    world.function("users", {"events": [rule("events.created.handler", {"table": ["users"]})]})
+
+    def taken_over(request: InvocationRequest) -> InvocationResult:
+        # While this worker runs, its claim expires and another worker claims attempt 2.
+        hashes = world.ledger.hashes[request.context]
+        marker = parse_marker(hashes[FIELD])
+        assert isinstance(marker, Running)
+        hashes[FIELD] = format_marker(Running(marker.deadline_ms, marker.attempt + 1, "other"))
+        return InvocationResult(ok=True)
+
+    world.runtime.script[FIELD] = taken_over
+    with capture_logs() as logs:
+        report = await world.deliver(b'{"table": "users"}')
+    fenced = [entry for entry in logs if entry["event"] == "invocation_fenced"]
+    assert fenced == [
+        {
+            "event": "invocation_fenced",
+            "log_level": "warning",
+            "function": "users",
+            "handler": "events.created.handler",
+            "message_id": report.message_id,
+            "attempt": 1,
+        }
+    ]
