@@ -46,7 +46,7 @@ def main(env: Mapping[str, str], functions_dir: Path) -> int:
     try:
         anyio.run(run, settings, functions_dir)
     except RelayError as exc:
-        log.error("startup_failed", error=str(exc))
+        log.error("startup_failed", error=str(exc))  # noqa: TRY400 - a RelayError is one line, no traceback
         sys.stderr.write(f"relay: {exc}\n")
         return EXIT_FAILURE
     except KeyboardInterrupt:
