@@ -8,6 +8,7 @@ containers the orphan sweep may remove.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -18,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+import redis
 
 RELAY = str(Path(sys.executable).with_name("relay"))
 REPO = Path(__file__).resolve().parents[2]
@@ -157,6 +160,16 @@ class RelayWorker:
         self._pump_thread.join(timeout=10)
         if self.process is not None and self.process.stdout is not None:
             self.process.stdout.close()
+
+
+def text(value: object) -> str:
+    """A Redis reply value as text (the clients here do not decode replies)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def send_event(client: redis.Redis, stream: str, event: object) -> str:
+    """XADD ``event`` as JSON in the ``event`` field, as producers do; the entry id."""
+    return text(client.xadd(stream, {"event": json.dumps(event)}))
 
 
 def copy_function(source: Path, functions: Path, name: str | None = None) -> Path:

@@ -6,7 +6,6 @@ The spec's example event reaches both the Python and the Node example; an
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 import redis
 
 from tests.e2e.conftest import WorkerFactory
-from tests.e2e.harness import EXAMPLES, copy_function, wait_until
+from tests.e2e.harness import EXAMPLES, copy_function, send_event, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -53,8 +52,8 @@ def test_the_examples_serve_their_events(
     worker = relay_worker()
     stream, group = worker_env["REDIS_STREAM"], worker_env["REDIS_GROUP"]
 
-    user = sync_redis.xadd(stream, {"event": json.dumps(EXAMPLE_EVENT)}).decode()
-    order = sync_redis.xadd(stream, {"event": json.dumps(ORDER_EVENT)}).decode()
+    user = send_event(sync_redis, stream, EXAMPLE_EVENT)
+    order = send_event(sync_redis, stream, ORDER_EVENT)
 
     worker.wait_for(
         handler_line("user-events-python", "events.created.handler", user, "User created: user_123")

@@ -3,14 +3,13 @@ without a restart; a broken edit keeps the old version serving."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import redis
 
 from tests.e2e.conftest import WorkerFactory
-from tests.e2e.harness import run_relay
+from tests.e2e.harness import run_relay, send_event
 
 pytestmark = pytest.mark.e2e
 
@@ -39,20 +38,19 @@ def test_an_edited_handler_serves_the_next_event_without_a_restart(
     (fn / "greet.py").write_text(handler("v1"))
     worker = relay_worker()
     stream = worker_env["REDIS_STREAM"]
-    event = {"event": json.dumps({"kind": "greet"})}
 
-    sync_redis.xadd(stream, event)
+    send_event(sync_redis, stream, {"kind": "greet"})
     worker.wait_for(r": greeting from v1$")
 
     (fn / "greet.py").write_text(handler("v2"))
     worker.wait_for(r"msg=function_prepared function=greeter .*built=True", count=2, timeout=120)
-    sync_redis.xadd(stream, event)
+    send_event(sync_redis, stream, {"kind": "greet"})
     worker.wait_for(r": greeting from v2$")
 
     # A broken template keeps v2 serving, and inspect says why the reconcile failed.
     (fn / "template.yaml").write_text(TEMPLATE.replace("timeout", "x") + "concurrency: 0\n")
     worker.wait_for(r"msg=function_reconcile_failed function=greeter", timeout=60)
-    sync_redis.xadd(stream, event)
+    send_event(sync_redis, stream, {"kind": "greet"})
     worker.wait_for(r": greeting from v2$", count=2)
     inspect = run_relay(["function", "inspect", "greeter"], worker.admin_env)
     assert inspect.returncode == 0, inspect.stderr

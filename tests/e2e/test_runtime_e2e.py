@@ -88,10 +88,10 @@ def test_secret_values_reach_only_the_handler(
             worker.wait_for(rf'handler "jobs.digest.handler" message "[^"]+": digest {n} {digest}$')
             label = f"relay.hostname={worker_env['RELAY_HOSTNAME']}"
             for container in engine.containers.list(filters={"label": label}):
-                seen_by_docker.append(json.dumps(engine.api.inspect_container(container.id)))
+                seen_by_docker.append(json.dumps(engine.api.inspect_container(container.id or "")))
             image = json.loads(seen_by_docker[-1])["Config"]["Image"]
-            seen_by_docker.append(json.dumps(engine.api.inspect_image(image)))
-            seen_by_docker.append(json.dumps(engine.api.history(image)))
+            seen_by_docker.append(json.dumps(engine.api.inspect_image(image)))  # type: ignore[no-untyped-call]
+            seen_by_docker.append(json.dumps(engine.api.history(image)))  # type: ignore[no-untyped-call]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
             metrics_text = reply.read().decode()
         inspect = run_relay(["function", "inspect", FUNCTION], worker.admin_env)

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from tests.e2e.conftest import WorkerFactory
-from tests.e2e.harness import EXAMPLES, copy_function, run_relay, wait_until
+from tests.e2e.harness import EXAMPLES, copy_function, run_relay, send_event, text, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def handler(event):
 
 def pending_ids(client: redis.Redis, stream: str, group: str) -> set[str]:
     rows = client.xpending_range(stream, group, min="-", max="+", count=1000)
-    return {row["message_id"].decode() for row in rows}
+    return {text(row["message_id"]) for row in rows}
 
 
 def write_failing_function(functions: Path) -> None:
@@ -59,7 +59,7 @@ def test_example_event_runs_its_handler_and_is_acknowledged(
     client = sync_redis
     stream, group = worker_env["REDIS_STREAM"], worker_env["REDIS_GROUP"]
 
-    message_id = client.xadd(stream, {"event": json.dumps(EXAMPLE_EVENT)}).decode()
+    message_id = send_event(client, stream, EXAMPLE_EVENT)
 
     worker.wait_for(
         rf'^relay: function "user-events-python" handler "events.created.handler" '
@@ -67,7 +67,7 @@ def test_example_event_runs_its_handler_and_is_acknowledged(
     )
     wait_until(lambda: not pending_ids(client, stream, group), 30, "the message to be acked")
     info = client.xinfo_groups(stream)[0]
-    assert info["last-delivered-id"].decode() == message_id
+    assert text(info["last-delivered-id"]) == message_id
     assert worker.stop() == 0
 
 
@@ -82,7 +82,7 @@ def test_failing_handler_leaves_the_message_pending(
     client = sync_redis
     stream, group = worker_env["REDIS_STREAM"], worker_env["REDIS_GROUP"]
 
-    message_id = client.xadd(stream, {"event": json.dumps({"kind": "explode"})}).decode()
+    message_id = send_event(client, stream, {"kind": "explode"})
 
     worker.wait_for(r'handler "jobs.fail.handler" message "[^"]+": about to fail for explode')
     worker.wait_for(rf"msg=invocation_failed .*message_id={re.escape(message_id)}")
