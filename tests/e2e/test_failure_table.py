@@ -1,0 +1,320 @@
+"""The failure table (docs/failure-semantics.md), row by row, against the real system.
+
+Each test runs ``relay start`` (one or two workers), a real Redis and real execution
+containers, and asserts only what it can see from outside: the handlers' marks in
+the worker output (see ``failure_support``), the worker's log lines, the ledger
+hash, the pending list, the dead-letter stream and ``/metrics``. Negative claims
+("never ran again", "still pending") hold over a sustained window, not after a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.e2e.conftest import WorkerFactory
+from tests.e2e.failure_support import (
+    CONTAINER_GRACE_S,
+    FAST_RECOVERY,
+    FUNCTION,
+    SLOW_TIMEOUT_S,
+    Ledger,
+    free_port,
+    mark_pattern,
+    marks,
+    metric,
+    running_deadline_s,
+    write_function,
+)
+from tests.e2e.harness import wait_until
+
+pytestmark = pytest.mark.e2e
+
+SLOW = "ft.marks.slow"
+# A claim's lease: the rule timeout + the 10 s slot wait + 5 s grace (dispatch.py).
+LEASE_S = SLOW_TIMEOUT_S + 15
+TAKEOVER_S = LEASE_S + 25
+WINDOW_S = 3.0  # a sustained window: several 1 s recovery passes
+
+
+@pytest.fixture
+def ledger(sync_redis: redis.Redis, worker_env: dict[str, str], functions_dir: Path) -> Ledger:
+    write_function(functions_dir)
+    return Ledger(sync_redis, worker_env)
+
+
+def holds(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    """Assert ``condition`` on every poll for ``seconds`` (a negative claim)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        assert condition(), what
+        time.sleep(0.05)
+
+
+def test_sigkill_mid_invocation_another_worker_completes_after_the_claim_expires(
+    relay_worker: WorkerFactory, worker_env: dict[str, str], ledger: Ledger
+) -> None:
+    """Row 1: a worker SIGKILLed while its handler runs; a second worker (same group,
+    another hostname) runs the next attempt only after the first claim's deadline,
+    which outlasts the first container's own kill deadline: the two never overlap.
+    The message completes and is acknowledged; nothing is dead-lettered."""
+    first = relay_worker(name="a", env=FAST_RECOVERY)
+    message_id = ledger.add({"kind": "slow"})
+    first.wait_for(mark_pattern(message_id, "start"), timeout=30)
+    deadline_s, attempt = running_deadline_s(ledger.marker(message_id, SLOW))
+    assert attempt == 1
+    first.kill()
+    [first_start] = marks(first, message_id, "start")
+    assert not marks(first, message_id, "end"), "killed before the handler finished"
+
+    second = relay_worker(
+        name="b", env={**FAST_RECOVERY, "RELAY_HOSTNAME": worker_env["RELAY_HOSTNAME"] + "-b"}
+    )
+    second.wait_for(mark_pattern(message_id, "end"), timeout=TAKEOVER_S)
+    wait_until(lambda: message_id not in ledger.pending(), 15, "the message to be acked")
+
+    [second_start] = marks(second, message_id, "start")
+    # The first container kills itself at timeout + grace, inside the claim's lease ...
+    assert first_start.at + SLOW_TIMEOUT_S + CONTAINER_GRACE_S < deadline_s
+    # ... and the takeover started only once that lease had expired: no overlap.
+    assert second_start.at >= deadline_s
+    assert second_start.container != first_start.container
+    [succeeded] = second.find(rf"msg=invocation_succeeded .*message_id={message_id}")
+    assert " attempt=2 " in f"{succeeded} "
+    assert ledger.marker(message_id, SLOW) == "ok"
+    holds(
+        lambda: len(marks(second, message_id, "start")) == 1 and message_id not in ledger.pending(),
+        WINDOW_S,
+        "the completed message ran again or came back",
+    )
+    assert ledger.dlq_of(message_id) == []
+
+
+def test_sigstop_past_the_deadline_the_late_result_is_fenced(
+    relay_worker: WorkerFactory, worker_env: dict[str, str], ledger: Ledger
+) -> None:
+    """Rows 3 and 4: a worker frozen (SIGSTOP) mid-invocation past its claim's
+    deadline; another worker takes over and completes (``ok``, acked). Resumed
+    (SIGCONT), the frozen worker reports its attempt's failure with the old token:
+    the ledger rejects it (``invocation_fenced``), the marker keeps the newer
+    attempt's ``ok``, and the stale failure is neither scheduled nor counted."""
+    port = free_port()
+    first = relay_worker(name="a", env={**FAST_RECOVERY, "METRICS_ADDR": f"127.0.0.1:{port}"})
+    # The first attempt (now) fails; the takeover (after the ~19 s lease) succeeds.
+    message_id = ledger.add({"kind": "slow", "fail_until": time.time() + 12})
+    first.wait_for(mark_pattern(message_id, "start"), timeout=30)
+    deadline_s, _ = running_deadline_s(ledger.marker(message_id, SLOW))
+    first.signal(signal.SIGSTOP)
+    try:
+        second = relay_worker(
+            name="b",
+            env={**FAST_RECOVERY, "RELAY_HOSTNAME": worker_env["RELAY_HOSTNAME"] + "-b"},
+        )
+        second.wait_for(mark_pattern(message_id, "end"), timeout=TAKEOVER_S)
+        wait_until(lambda: message_id not in ledger.pending(), 15, "the takeover's ack")
+        assert marks(second, message_id, "start")[0].at >= deadline_s
+        assert ledger.marker(message_id, SLOW) == "ok"
+    finally:
+        first.signal(signal.SIGCONT)
+
+    [fenced] = first.wait_for(rf"msg=invocation_fenced .*message_id={message_id}", timeout=30)
+    assert "attempt=1" in fenced
+    assert ledger.marker(message_id, SLOW) == "ok", "the stale report overwrote the marker"
+    holds(
+        lambda: (
+            message_id not in ledger.pending()
+            and len(marks(first, message_id, "start")) == 1
+            and len(marks(second, message_id, "start")) == 1
+        ),
+        WINDOW_S,
+        "the message came back or ran again",
+    )
+    assert ledger.dlq_of(message_id) == []
+    # The rejected failure was not counted as a failure or a scheduled retry.
+    assert metric(port, "handler_failure_total") == 0
+    assert metric(port, "retries_total") == 0
+
+
+def test_redis_restart_the_worker_recovers_and_loses_nothing(
+    relay_worker: WorkerFactory,
+    worker_env: dict[str, str],
+    functions_dir: Path,
+    restartable_redis: Any,
+) -> None:
+    """Row 6: Redis stops and starts again (empty: no persistence) under a running
+    worker. The consumer logs one line when reads fail and one when they work again,
+    the process keeps running, and every event sent before and after is handled
+    exactly once."""
+    write_function(functions_dir)
+    # Fast recovery: a message whose claim met a connection the restart closed
+    # (``ledger_unavailable``, kept pending: fail closed) comes back in seconds.
+    env = {"REDIS_URI": restartable_redis.url, **FAST_RECOVERY}
+    worker = relay_worker(env=env)
+    before_client = redis.Redis.from_url(restartable_redis.url)
+    try:
+        before = [Ledger(before_client, worker_env).add({"kind": "ok"}) for _ in range(3)]
+        for message_id in before:
+            worker.wait_for(mark_pattern(message_id, "run"), timeout=30)
+        wait_until(lambda: not Ledger(before_client, worker_env).pending(), 15, "acks")
+    finally:
+        before_client.close()
+
+    restartable_redis.stop()
+    worker.wait_for(r"msg=broker_unavailable .*loop=consumer|loop=consumer.*broker_unavailable")
+    restartable_redis.start()
+    worker.wait_for(r"msg=broker_recovered .*loop=consumer|loop=consumer.*broker_recovered")
+
+    after_client = redis.Redis.from_url(restartable_redis.url)
+    try:
+        ledger = Ledger(after_client, worker_env)
+        after = [ledger.add({"kind": "ok"}) for _ in range(3)]
+        for message_id in after:
+            worker.wait_for(mark_pattern(message_id, "run"), timeout=30)
+        wait_until(lambda: not ledger.pending(), 15, "the acks after the restart")
+        for message_id in after:
+            assert ledger.marker(message_id, "ft.marks.echo") == "ok"
+    finally:
+        after_client.close()
+    assert worker.process is not None
+    assert worker.process.poll() is None, "the worker exited"
+    assert len(worker.find(r"broker_unavailable.*loop=consumer")) == 1
+    assert len(worker.find(r"broker_recovered.*loop=consumer")) == 1
+    for message_id in before + after:
+        assert len(marks(worker, message_id, "run")) == 1
+
+
+def test_an_always_failing_handler_runs_one_plus_retries_times_then_one_dlq_entry(
+    relay_worker: WorkerFactory, ledger: Ledger
+) -> None:
+    """Row 8: ``retries: 2`` gives exactly three executions (each backoff deadline is
+    moved to the past in the ledger instead of waiting 1m and 2m), then one DLQ entry
+    with ``handler_attempts`` 3, then the ACK; nothing runs afterwards."""
+    handler = "ft.marks.always_fail"
+    worker = relay_worker(env=FAST_RECOVERY)
+    message_id = ledger.add({"kind": "fail"})
+    for attempt in (1, 2):
+        worker.wait_for(mark_pattern(message_id, "run"), timeout=30, count=attempt)
+        wait_until(
+            lambda a=attempt: ledger.expire_backoff(message_id, handler, a),  # type: ignore[misc]
+            30,
+            f"attempt {attempt}'s backoff marker",
+        )
+    wait_until(lambda: ledger.dlq_of(message_id), 30, "the DLQ entry")
+    wait_until(lambda: message_id not in ledger.pending(), 15, "the ack")
+
+    [entry] = ledger.dlq_of(message_id)
+    assert (entry["function"], entry["handler"], entry["handler_attempts"]) == (
+        FUNCTION,
+        handler,
+        "3",
+    )
+    assert json.loads(entry["event"]) == {"kind": "fail"}
+    assert ledger.marker(message_id, handler) == "exhausted:3:dlq"
+    holds(
+        lambda: len(marks(worker, message_id, "run")) == 3 and len(ledger.dlq_of(message_id)) == 1,
+        WINDOW_S,
+        "an exhausted invocation ran again or was dead-lettered twice",
+    )
+    assert len(worker.find(rf"msg=invocation_failed .*message_id={message_id}")) == 2
+
+
+def test_an_unwritable_dlq_keeps_the_message_pending_then_routes_it_without_rerunning(
+    relay_worker: WorkerFactory, ledger: Ledger, sync_redis: redis.Redis
+) -> None:
+    """Row 10: the DLQ key holds a string, so XADD fails (WRONGTYPE) when the only
+    attempt is exhausted: the message stays pending through several recovery passes.
+    Once the key is gone, the next pass writes the entry and acknowledges, without
+    running the handler again."""
+    handler = "ft.marks.no_retry"
+    dlq = f"relay:{ledger.stream}:dlq"
+    sync_redis.set(dlq, "not a stream")
+    worker = relay_worker(env=FAST_RECOVERY)
+    message_id = ledger.add({"kind": "fail-no-retry"})
+    worker.wait_for(mark_pattern(message_id, "run"), timeout=30)
+    # The first settle and at least one redelivery by recovery both fail to write.
+    worker.wait_for(rf"msg=dead_letter_write_failed .*message_id={message_id}", count=2)
+    holds(
+        lambda: (
+            message_id in ledger.pending() and ledger.marker(message_id, handler) == "exhausted:1"
+        ),
+        WINDOW_S,
+        "the message left the pending list while its DLQ entry could not be written",
+    )
+
+    sync_redis.delete(dlq)
+    wait_until(lambda: message_id not in ledger.pending(), 15, "the ack once the DLQ is writable")
+    [entry] = ledger.dlq_of(message_id)
+    assert (entry["handler"], entry["handler_attempts"]) == (handler, "1")
+    assert ledger.marker(message_id, handler) == "exhausted:1:dlq"
+    holds(
+        lambda: len(marks(worker, message_id, "run")) == 1,
+        WINDOW_S,
+        "the handler ran again",
+    )
+
+
+def test_malformed_and_oversized_events_are_dead_lettered_at_once(
+    relay_worker: WorkerFactory, ledger: Ledger
+) -> None:
+    """Row 12: not JSON, not a JSON object, not UTF-8, no ``event`` field, and larger
+    than ``MAX_EVENT_BYTES`` (1 KiB here): each gets one placeholder DLQ entry
+    (``-``, ``-``, ``handler_attempts`` 0) and is acknowledged; no handler runs and
+    ``events_received_total`` does not move (a valid event afterwards moves it)."""
+    port = free_port()
+    worker = relay_worker(env={"MAX_EVENT_BYTES": "1KiB", "METRICS_ADDR": f"127.0.0.1:{port}"})
+    wait_until(lambda: metric(port, "events_received_total") == 0, 15, "/metrics")
+    bad = [
+        ledger.add("not json {"),
+        ledger.add("[1, 2]"),
+        ledger.add(b"\xff\xfe{"),
+        ledger.add_fields({"payload": json.dumps({"kind": "ok"})}),
+        ledger.add({"kind": "ok", "pad": "x" * 2000}),
+    ]
+    wait_until(lambda: all(ledger.dlq_of(i) for i in bad), 30, "a DLQ entry for each")
+    wait_until(lambda: not set(bad) & ledger.pending(), 15, "their acks")
+    for message_id in bad:
+        [entry] = ledger.dlq_of(message_id)
+        assert (entry["function"], entry["handler"], entry["handler_attempts"]) == ("-", "-", "0")
+        assert not marks(worker, message_id)
+    assert len(worker.find(r"msg=event_malformed")) == len(bad)
+    assert metric(port, "events_received_total") == 0
+
+    good = ledger.add({"kind": "ok"})
+    worker.wait_for(mark_pattern(good, "run"), timeout=30)
+    wait_until(lambda: metric(port, "events_received_total") == 1, 15, "the valid event counted")
+    assert metric(port, "dlq_entries_total") == len(bad)
+
+
+def test_retention_never_trims_a_pending_entry_older_than_the_window(
+    relay_worker: WorkerFactory, ledger: Ledger
+) -> None:
+    """Row 19: ``REDIS_STREAM_RETENTION=1s``; the stream holds 200 acknowledged entries
+    and, after them, one entry still pending (read by a consumer that never acks).
+    The worker's first trim pass (5 s after start) is clamped to that entry: older
+    acknowledged entries go, the pending one stays, still pending."""
+    stream, group = ledger.stream, ledger.group
+    client = ledger.client
+    client.xgroup_create(stream, group, id="0", mkstream=True)
+    acked = [ledger.add({"kind": "none", "n": n}) for n in range(200)]
+    pending_id = ledger.add({"kind": "ok"})
+    read = client.xreadgroup(group, "ghost", {stream: ">"}, count=201)
+    assert len(read[0][1]) == 201
+    client.xack(stream, group, *acked)
+    assert ledger.pending() == {pending_id}
+
+    worker = relay_worker(env={"REDIS_STREAM_RETENTION": "1s"})
+    [line] = worker.wait_for(r"msg=stream_trimmed", timeout=30)
+    assert f"limited_by={group}" in line, line
+    assert f"effective_cutoff={pending_id}" in line, line
+    assert re.search(r"removed=[1-9]", line), line
+    assert client.xlen(stream) < 201
+    assert [i.decode() for i, _ in client.xrange(stream, pending_id, pending_id)] == [pending_id]
+    assert ledger.pending() == {pending_id}
