@@ -32,6 +32,9 @@ class RecordingRedis:
         self.failures = failures
         self.commands: list[tuple[str, ...]] = []
         self.trimmed = anyio.Event()
+        self.groups: list[dict[str, Any]] = [
+            {"name": b"g", "pending": 1, "last-delivered-id": b"900-0"}
+        ]
 
     async def execute_command(self, *args: str) -> Any:
         if self.failures:
@@ -46,7 +49,7 @@ class RecordingRedis:
 
     async def xinfo_groups(self, stream: str) -> list[dict[str, Any]]:
         self.commands.append(("XINFO", "GROUPS", stream))
-        return [{"name": b"g", "pending": 1, "last-delivered-id": b"900-0"}]
+        return self.groups
 
     async def xpending(self, stream: str, group: str) -> dict[str, Any]:
         self.commands.append(("XPENDING", stream, group))
@@ -125,3 +128,20 @@ async def test_failures_are_logged_and_the_loop_keeps_going() -> None:
 def test_retention_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         RetentionTrimmer(cast(Redis, RecordingRedis(acked=True)), "s", 0, FakeClock())
+
+
+async def test_a_group_holding_retention_back_is_logged_once_at_info() -> None:
+    fake = RecordingRedis(acked=False)
+    trimmer = make(fake)
+    with capture_logs() as logs:
+        await trimmer.trim_once()
+        await trimmer.trim_once()
+    held = [e for e in logs if e["event"] == "retention_held_back"]
+    assert len(held) == 1
+    assert (held[0]["log_level"], held[0]["group"]) == ("info", "g")
+    assert held[0]["effective_cutoff"] == "400-2"
+    fake.groups = [{"name": b"g", "pending": 0, "last-delivered-id": b"999999-0"}]
+    with capture_logs() as logs:
+        await trimmer.trim_once()
+    released = [e for e in logs if e["event"] == "retention_released"]
+    assert [(e["log_level"], e["group"]) for e in released] == [("info", "g")]

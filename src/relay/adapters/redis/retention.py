@@ -89,6 +89,7 @@ class RetentionTrimmer:
         self._initial_delay_ns = initial_delay_ns
         self._approximate = approximate
         self._acked_supported: bool | None = None
+        self._held_by: str | None = None
 
     @property
     def interval_ns(self) -> int:
@@ -163,7 +164,25 @@ class RetentionTrimmer:
             limited_by=limited_by,
             removed=removed,
         )
+        self._note_hold(outcome)
         return outcome
+
+    def _note_hold(self, outcome: TrimOutcome) -> None:
+        """One INFO line when a group starts (or stops) holding retention back: a stuck
+        group makes the stream grow past the window, which an operator should see."""
+        if outcome.limited_by == self._held_by:
+            return
+        if outcome.limited_by is not None:
+            log.info(
+                "retention_held_back",
+                stream=self._stream,
+                group=outcome.limited_by,
+                effective_cutoff=str(outcome.effective),
+                window_cutoff=str(outcome.window),
+            )
+        else:
+            log.info("retention_released", stream=self._stream, group=self._held_by)
+        self._held_by = outcome.limited_by
 
     async def group_positions(self) -> list[GroupPosition]:
         """Every group's last-delivered id and oldest pending id."""
