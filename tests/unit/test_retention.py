@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from relay.domain.durations import parse_duration
 from relay.domain.retention import (
@@ -126,3 +128,28 @@ def test_safe_cutoff_never_exceeds_the_window() -> None:
 )
 def test_trim_interval(retention: str, interval: str) -> None:
     assert trim_interval_ns(parse_duration(retention)) == parse_duration(interval)
+
+
+_ids = st.builds(StreamId, st.integers(0, 10_000), st.integers(0, MAX_SEQUENCE))
+_groups = st.lists(
+    st.builds(GroupPosition, st.text(min_size=1, max_size=4), _ids, st.none() | _ids),
+    max_size=5,
+)
+
+
+@given(window=_ids, groups=_groups)
+def test_the_cutoff_never_passes_anything_a_group_still_needs(
+    window: StreamId, groups: list[GroupPosition]
+) -> None:
+    cutoff = safe_cutoff(window, groups)
+    assert cutoff.effective <= window
+    for group in groups:
+        # MINID keeps ids >= cutoff: every pending and every undelivered id survives
+        if group.oldest_pending is not None:
+            assert cutoff.effective <= group.oldest_pending
+        assert cutoff.effective <= group.last_delivered.successor()
+    bounds = [window] + [
+        min(g.last_delivered.successor(), g.oldest_pending or g.last_delivered.successor())
+        for g in groups
+    ]
+    assert cutoff.effective == min(bounds)  # and it trims as much as is safe
