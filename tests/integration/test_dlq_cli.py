@@ -129,6 +129,18 @@ def test_ls_lists_newest_first_with_the_documented_columns(
     assert lines[2].endswith("ago") or lines[2].split()[-1].startswith("20")
 
 
+def test_ls_pages_through_every_entry_in_either_order(
+    redis_url: str, client: redis.Redis, stream: str
+) -> None:
+    seeded = [seed(client, stream, entry_fields(original_id=f"{n}-0")) for n in range(105)]
+    newest = relay(redis_url, stream, "ls", "--limit", "0")
+    oldest = relay(redis_url, stream, "ls", "--limit", "0", "--oldest-first")
+    capped = relay(redis_url, stream, "ls")
+    assert [line.split()[0] for line in newest.stdout.splitlines()[1:]] == seeded[::-1]
+    assert [line.split()[0] for line in oldest.stdout.splitlines()[1:]] == seeded
+    assert capped.stdout.splitlines()[-1] == "(100 of 105 entries shown; use --limit 0 for all)"
+
+
 def test_inspect_shows_metadata_and_the_pretty_printed_event(
     redis_url: str, client: redis.Redis, stream: str
 ) -> None:

@@ -1,6 +1,7 @@
 """``relay dlq ...``: the dead-letter stream ``relay:<stream>:dlq``.
 
-``ls`` lists newest first (the failure you are chasing is usually the latest);
+``ls`` lists newest first (the failure you are chasing is usually the latest;
+``--oldest-first`` reverses it);
 ``inspect`` shows one entry and its original event; ``rm`` deletes exactly one
 entry; ``replay`` re-runs the entry's recorded handler on the running worker and
 the entry is deleted only once that handler succeeded.
@@ -63,12 +64,13 @@ def _with_reader(
 @app.command("ls")
 def ls(
     limit: int = typer.Option(100, help="Show at most this many entries; 0 shows all."),
+    oldest_first: bool = typer.Option(False, "--oldest-first", help="List oldest first."),
 ) -> None:
     """List dead-lettered entries, newest first."""
 
     async def collect(reader: RedisDeadLetterReader) -> tuple[list[StoredDeadLetter], int]:
         rows: list[StoredDeadLetter] = []
-        async for entry in reader.entries(newest_first=True):
+        async for entry in reader.entries(newest_first=not oldest_first):
             rows.append(entry)
             if limit and len(rows) >= limit:
                 break
