@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import anyio
+import anyio.lowlevel
 import pytest
 from structlog.testing import capture_logs
 
@@ -139,3 +140,26 @@ def test_backoff_is_jittered_between_one_and_thirty_seconds() -> None:
     delays = [health.failed(RuntimeError("down")) for _ in range(12)]
     assert all(1.0 <= d <= 30.0 for d in delays)
     assert max(delays[6:]) > 2.0
+
+
+async def test_one_recovery_pass_hands_back_more_than_a_buffer_full() -> None:
+    """40 idle messages and a buffer of 4: one pass reaches them all, waiting for
+    room between steps, instead of one buffer's worth per interval."""
+    clock = FakeClock()
+    stream = InMemoryEventStream(clock)
+    ids = [stream.add(b"{}") for _ in range(40)]
+    await stream.read(40, 0)
+    clock.advance(61)
+    buffer = MessageBuffer(4)
+    seen: list[str] = []
+
+    async def dispatch(message: StreamMessage) -> None:
+        seen.append(message.id)
+        await anyio.lowlevel.checkpoint()
+
+    loop = RecoveryLoop(stream, dispatch, buffer, interval_s=3600)
+    async with anyio.create_task_group() as tg:
+        handed = await loop.tick(tg)
+    assert handed == 40
+    assert sorted(seen) == sorted(ids)
+    assert buffer.occupancy == 0

@@ -193,8 +193,7 @@ class RecoveryLoop:
         async with anyio.create_task_group() as tg:
             while True:
                 try:
-                    with anyio.fail_after(self._call_timeout_s * 2):
-                        await self.tick(tg)
+                    await self.tick(tg)
                 except Exception as exc:  # noqa: BLE001 - never exit: retry on the next tick
                     await anyio.sleep(min(self.health.failed(exc), self._interval_s))
                     continue
@@ -202,10 +201,15 @@ class RecoveryLoop:
                 await anyio.sleep(self._interval_s)
 
     async def tick(self, tg: TaskGroup) -> int:
-        """One pass over the pending list; returns how many messages it handed over."""
+        """One whole pass over the pending list; returns how many messages it handed
+        over. When the buffer is full the pass waits for room and goes on from its
+        cursor: stopping there would hand back at most one buffer's worth per
+        interval, and retries could fall behind for good under sustained failures."""
         handed = 0
-        while self._buffer.free > 0:
-            batch = await self._stream.reclaim(self._min_idle_ms, self._buffer.free)
+        while True:
+            await self._buffer.wait_free()
+            with anyio.fail_after(self._call_timeout_s):
+                batch = await self._stream.reclaim(self._min_idle_ms, self._buffer.free)
             if batch.deleted:
                 await self._drop(batch.deleted)
             for message in batch.messages:
