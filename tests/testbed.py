@@ -35,8 +35,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import docker  # type: ignore[import-untyped]
-import docker.errors  # type: ignore[import-untyped]
+import docker
+import docker.errors
 import pytest
 import redis
 import redis.asyncio

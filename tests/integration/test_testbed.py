@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-import docker.errors  # type: ignore[import-untyped]
+import docker.errors
 import pytest
 import redis.asyncio
 import redis.exceptions
