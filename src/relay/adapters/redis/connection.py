@@ -6,6 +6,9 @@ from urllib.parse import urlsplit
 
 import anyio
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from relay.domain.errors import DependencyUnavailable
@@ -20,10 +23,22 @@ def describe(url: str) -> str:
 
 
 def redis_client(url: str) -> aioredis.Redis:
-    """A client with bounded connect time; commands that block (XREADGROUP) set their own."""
+    """A client with bounded connect time; commands that block (XREADGROUP) set their own.
+
+    A command that meets a connection the server closed (a pooled connection after
+    a Redis restart) is sent once more on a fresh connection; a server that is down
+    still fails at once (the reconnect is refused). Re-sending is safe for what
+    Relay sends, even when the lost reply is that of a command the server ran:
+    every ledger script is fenced by its token (a re-run begin finds its own
+    claim, a re-run finish is rejected and settles the same way), XACK and XDEL
+    change nothing twice, and a re-sent XREADGROUP or XAUTOCLAIM at worst leaves
+    what the first call took pending for the next recovery pass (at-least-once).
+    Timeouts are not retried.
+    """
     return aioredis.Redis.from_url(
         url, socket_connect_timeout=CONNECT_TIMEOUT_S, health_check_interval=30,
         decode_responses=False,
+        retry=Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError],
     )
 
 
