@@ -78,13 +78,18 @@ end
 
 -- Settle the message if every gate is terminal: write the missing DLQ entries
 -- (each with its ':dlq' marker in this same script), then XACK and set the TTL.
+-- known: optional {field = marker, or false once deleted} this same script just
+-- wrote, so those markers are not read back (one HGET fewer per handled event).
 -- Returns {acked, written, dlq_error}; written = {{field, attempt, id, reason}...}
-local function settle(ledger, stream, dlq, group, consumer, id, stamp, ttl, blocked, gates)
+local function settle(ledger, stream, dlq, group, consumer, id, stamp, ttl, blocked, gates,
+    known)
   local written = {}
   if blocked == '1' then return {0, written, ''} end
   local missing = {}
   for _, f in ipairs(gates) do
-    local kind, _, attempt, dl = parse(redis.call('HGET', ledger, f))
+    local marker = known and known[f]
+    if marker == nil then marker = redis.call('HGET', ledger, f) end
+    local kind, _, attempt, dl = parse(marker)
     if kind ~= 'ok' then
       if kind ~= 'exhausted' then return {0, written, ''} end
       if not dl then table.insert(missing, {f, attempt}) end

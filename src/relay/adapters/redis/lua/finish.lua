@@ -8,30 +8,38 @@
 local ledger, stream, dlq = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer, id, stamp, ttl, blocked = header(ARGV[1])
 local token = ARGV[2]
-local now = now_ms()
+local now = nil -- the server clock, read only when a retry needs a deadline
 local rejected = {}
+local known = {} -- markers this script wrote (false = deleted), for settle
 for i, record in ipairs(split(ARGV[3], RS)) do
   local r = split(record, FS)
   local f, attempt, kind, arg = r[1], tonumber(r[2]), r[3], r[4] or ''
-  local mkind, _, mattempt, mtoken = parse(redis.call('HGET', ledger, f))
+  local marker = redis.call('HGET', ledger, f)
+  local mkind, _, mattempt, mtoken = parse(marker)
   if mkind == 'running' and mattempt == attempt and mtoken == token then
     if kind == 'ok' then
-      redis.call('HSET', ledger, f, 'ok')
+      marker = 'ok'
     elseif kind == 'retry' then
-      redis.call('HSET', ledger, f,
-        'next_attempt_at:' .. fmt(now + tonumber(arg)) .. '#' .. fmt(attempt))
+      now = now or now_ms()
+      marker = 'next_attempt_at:' .. fmt(now + tonumber(arg)) .. '#' .. fmt(attempt)
     elseif kind == 'exhaust' then
-      redis.call('HSET', ledger, f, 'exhausted:' .. fmt(attempt))
+      marker = 'exhausted:' .. fmt(attempt)
       redis.call('HSET', ledger, '@err:' .. f, ARGV[4 + i])
     elseif arg == '' then
-      redis.call('HDEL', ledger, f)
+      marker = false
     else
-      redis.call('HSET', ledger, f, arg)
+      marker = arg
+    end
+    if marker then
+      redis.call('HSET', ledger, f, marker)
+    else
+      redis.call('HDEL', ledger, f)
     end
   else
     table.insert(rejected, f)
   end
+  known[f] = marker
 end
 local settled = settle(ledger, stream, dlq, group, consumer, id, stamp, ttl, blocked,
-  split(ARGV[4], RS))
+  split(ARGV[4], RS), known)
 return {settled, rejected}
