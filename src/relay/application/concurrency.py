@@ -67,17 +67,37 @@ class Slots:
             limiter = self._functions[function] = anyio.CapacityLimiter(self.max_concurrency)
         borrower = object()
         held: list[anyio.CapacityLimiter] = []
-        waited = False
+        # Fast path (no cancel scope, no timer): both slots free right now.
+        for each in (self._global, limiter):
+            try:
+                each.acquire_on_behalf_of_nowait(borrower)
+            except anyio.WouldBlock:
+                break
+            held.append(each)
+        if len(held) < 2:
+            await self._wait(function, limiter, borrower, held)
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            limiter.release_on_behalf_of(borrower)
+            self._global.release_on_behalf_of(borrower)
+
+    async def _wait(
+        self,
+        function: str,
+        limiter: anyio.CapacityLimiter,
+        borrower: object,
+        held: list[anyio.CapacityLimiter],
+    ) -> None:
+        """Take the slots not ``held`` yet within the bounded wait, or give back
+        what is held and raise ``SlotUnavailable``."""
+        self._count_wait(function)
         try:
             with anyio.move_on_after(self.wait_s) as scope:
-                for each in (self._global, limiter):
-                    try:
-                        each.acquire_on_behalf_of_nowait(borrower)
-                    except anyio.WouldBlock:
-                        if not waited:
-                            waited = True
-                            self._count_wait(function)
-                        await each.acquire_on_behalf_of(borrower)
+                for each in (self._global, limiter)[len(held) :]:
+                    await each.acquire_on_behalf_of(borrower)
                     held.append(each)
         except BaseException:
             # cancelled from outside while waiting (shutdown): give back what we took
@@ -92,13 +112,6 @@ class Slots:
                 f'function "{function}": no concurrency slot within {self.wait_s:g}s; '
                 "left pending for redelivery"
             )
-        self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            limiter.release_on_behalf_of(borrower)
-            self._global.release_on_behalf_of(borrower)
 
     def _count_wait(self, function: str) -> None:
         self.waits_total += 1

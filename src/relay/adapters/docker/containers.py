@@ -9,7 +9,6 @@ only on stdout, the handler's output only on stderr (see
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -298,9 +297,11 @@ def _split_lines(buffer: bytearray, keep: int) -> tuple[list[bytes], bytearray]:
 
 
 def _parse_frame(raw: bytes) -> dict[str, Any] | None:
+    if not raw.strip():
+        return None  # the newline the bootstrap writes before each answer
     try:
-        parsed = json.loads(raw)
-    except ValueError:
+        parsed = msgspec.json.decode(raw)
+    except ValueError:  # msgspec.DecodeError is a ValueError
         return None
     if isinstance(parsed, dict) and "id" in parsed and "ok" in parsed:
         return parsed
