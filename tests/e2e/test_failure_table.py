@@ -25,6 +25,9 @@ from tests.e2e.failure_support import (
     CONTAINER_GRACE_S,
     FAST_RECOVERY,
     FUNCTION,
+    REPLAY_FUNCTION,
+    REPLAY_SECRET,
+    REPLAY_TEMPLATE,
     SLOW_TIMEOUT_S,
     Ledger,
     free_port,
@@ -34,7 +37,7 @@ from tests.e2e.failure_support import (
     running_deadline_s,
     write_function,
 )
-from tests.e2e.harness import wait_until
+from tests.e2e.harness import run_relay, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -228,6 +231,43 @@ def test_an_always_failing_handler_runs_one_plus_retries_times_then_one_dlq_entr
     assert len(worker.find(rf"msg=invocation_failed .*message_id={message_id}")) == 2
 
 
+def test_two_matched_handlers_one_failing_the_success_is_never_rerun(
+    relay_worker: WorkerFactory, ledger: Ledger
+) -> None:
+    """Row 9: one event matches a handler that succeeds and one that always fails
+    (``retries: 2``). The success is recorded ``ok`` once and never runs again while
+    the failing one retries; the message is acknowledged only after the failing one
+    is exhausted and dead-lettered (one entry, for that handler only)."""
+    failing, succeeding = "ft.marks.always_fail", "ft.marks.echo"
+    worker = relay_worker(env=FAST_RECOVERY)
+    message_id = ledger.add({"kind": "pair"})
+    worker.wait_for(mark_pattern(message_id, "run"), timeout=30, count=2)
+    wait_until(lambda: ledger.marker(message_id, succeeding) == "ok", 15, "the success")
+    for attempt in (1, 2):
+        backoff = re.compile(rf"next_attempt_at:\d+#{attempt}")
+        wait_until(
+            lambda b=backoff: b.fullmatch(ledger.marker(message_id, failing) or ""),  # type: ignore[misc]
+            30,
+            f"attempt {attempt}'s backoff marker",
+        )
+        assert message_id in ledger.pending(), "acknowledged while an invocation retries"
+        assert ledger.expire_backoff(message_id, failing, attempt)
+    wait_until(lambda: message_id not in ledger.pending(), 30, "the ack after exhaustion")
+
+    [entry] = ledger.dlq_of(message_id)
+    assert (entry["handler"], entry["handler_attempts"]) == (failing, "3")
+    assert ledger.marker(message_id, succeeding) == "ok"
+    assert ledger.marker(message_id, failing) == "exhausted:3:dlq"
+    holds(
+        lambda: (
+            len(marks(worker, message_id, handler=succeeding)) == 1
+            and len(marks(worker, message_id, handler=failing)) == 3
+        ),
+        WINDOW_S,
+        "a handler ran more often than its attempts",
+    )
+
+
 def test_an_unwritable_dlq_keeps_the_message_pending_then_routes_it_without_rerunning(
     relay_worker: WorkerFactory, ledger: Ledger, sync_redis: redis.Redis
 ) -> None:
@@ -320,3 +360,39 @@ def test_retention_never_trims_a_pending_entry_older_than_the_window(
     assert client.xlen(stream) < 201
     assert [i.decode() for i, _ in client.xrange(stream, pending_id, pending_id)] == [pending_id]
     assert ledger.pending() == {pending_id}
+
+
+def test_dlq_replay_reruns_the_recorded_handler_on_the_worker_and_deletes_on_success(
+    relay_worker: WorkerFactory, functions_dir: Path, ledger: Ledger
+) -> None:
+    """Row 24, with a real worker and container: an invocation exhausted because its
+    secret is missing is dead-lettered; ``relay dlq replay`` through the running
+    worker fails and keeps the entry; once the secret is set, the replay runs the
+    recorded handler with the original event and the entry is deleted."""
+    write_function(functions_dir, REPLAY_FUNCTION, REPLAY_TEMPLATE)
+    worker = relay_worker()
+    message_id = ledger.add({"kind": "replay"})
+    wait_until(lambda: message_id not in ledger.pending(), 30, "the exhausted message's ack")
+    [entry] = ledger.dlq()
+    assert (entry["function"], entry["handler"], entry["handler_attempts"]) == (
+        REPLAY_FUNCTION,
+        "ft.marks.echo",
+        "1",
+    )
+    assert REPLAY_SECRET in entry["reason"]
+    entry_id = ledger.client.xrange(f"relay:{ledger.stream}:dlq")[0][0].decode()
+
+    failed = run_relay(["dlq", "replay", entry_id], worker.admin_env)
+    assert failed.returncode == 1, failed
+    assert "the entry is kept" in failed.stderr
+    assert len(ledger.dlq()) == 1
+    assert not marks(worker, "replay", function=REPLAY_FUNCTION)
+
+    secret = run_relay(["secret", "set", REPLAY_SECRET], worker.admin_env, stdin="go")
+    assert secret.returncode == 0, secret.stderr
+    replayed = run_relay(["dlq", "replay", entry_id], worker.admin_env)
+    assert replayed.returncode == 0, replayed.stderr
+    assert f"Replayed {entry_id}" in replayed.stdout
+    assert ledger.dlq() == []
+    assert len(marks(worker, "replay", "run", function=REPLAY_FUNCTION)) == 1
+    worker.wait_for(rf"msg=dead_letter_replayed .*entry_id={entry_id}")
