@@ -45,21 +45,6 @@ events:
       kind: [ok, pair]
 """
 
-# A second function whose every invocation needs a secret: without it the attempt
-# fails before any code runs; once it is set, the same handler succeeds.
-REPLAY_FUNCTION = "failure-table-replay"
-REPLAY_SECRET = "ft-replay-token"
-REPLAY_TEMPLATE = f"""\
-runtime: python3.14
-secrets:
-  REPLAY_TOKEN: {REPLAY_SECRET}
-events:
-  - handler: ft.marks.echo
-    pattern:
-      kind: [replay]
-    retries: 0
-"""
-
 MARKS = """\
 import socket
 import time
@@ -99,10 +84,10 @@ CONTAINER_GRACE_S = 2.0  # the bootstrap's own backstop: timeout + grace (RELAY_
 FAST_RECOVERY = {"RELAY_TEST_RECOVERY_INTERVAL": "1s", "RELAY_TEST_RECOVERY_MIN_IDLE": "1s"}
 
 
-def write_function(functions: Path, name: str = FUNCTION, template: str = TEMPLATE) -> None:
-    fn = functions / name
+def write_function(functions: Path) -> None:
+    fn = functions / FUNCTION
     (fn / "ft").mkdir(parents=True)
-    (fn / "template.yaml").write_text(template)
+    (fn / "template.yaml").write_text(TEMPLATE)
     (fn / "ft" / "marks.py").write_text(MARKS)
 
 
@@ -128,13 +113,12 @@ def marks(
     what: str | None = None,
     *,
     handler: str | None = None,
-    function: str = FUNCTION,
 ) -> list[Mark]:
     """The marks the handlers printed for ``message_id`` in ``worker``'s output."""
     found = []
     for line in worker.output():
         m = _MARK.match(line)
-        if not m or m["function"] != function or m["id"] != message_id:
+        if not m or m["function"] != FUNCTION or m["id"] != message_id:
             continue
         if (what is None or m["what"] == what) and (handler is None or m["handler"] == handler):
             found.append(Mark(m["handler"], m["id"], m["what"], float(m["at"]), m["container"]))
@@ -164,8 +148,8 @@ class Ledger:
     def key(self, message_id: str) -> str:
         return invocation_key(self.stream, self.group, message_id)
 
-    def marker(self, message_id: str, handler: str, function: str = FUNCTION) -> str | None:
-        raw = self.client.hget(self.key(message_id), f"{function}/{handler}")
+    def marker(self, message_id: str, handler: str) -> str | None:
+        raw = self.client.hget(self.key(message_id), f"{FUNCTION}/{handler}")
         return raw.decode() if isinstance(raw, bytes) else None
 
     def pending(self) -> set[str]:

@@ -25,9 +25,6 @@ from tests.e2e.failure_support import (
     CONTAINER_GRACE_S,
     FAST_RECOVERY,
     FUNCTION,
-    REPLAY_FUNCTION,
-    REPLAY_SECRET,
-    REPLAY_TEMPLATE,
     SLOW_TIMEOUT_S,
     Ledger,
     free_port,
@@ -37,7 +34,7 @@ from tests.e2e.failure_support import (
     running_deadline_s,
     write_function,
 )
-from tests.e2e.harness import run_relay, wait_until
+from tests.e2e.harness import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -360,39 +357,3 @@ def test_retention_never_trims_a_pending_entry_older_than_the_window(
     assert client.xlen(stream) < 201
     assert [i.decode() for i, _ in client.xrange(stream, pending_id, pending_id)] == [pending_id]
     assert ledger.pending() == {pending_id}
-
-
-def test_dlq_replay_reruns_the_recorded_handler_on_the_worker_and_deletes_on_success(
-    relay_worker: WorkerFactory, functions_dir: Path, ledger: Ledger
-) -> None:
-    """Row 24, with a real worker and container: an invocation exhausted because its
-    secret is missing is dead-lettered; ``relay dlq replay`` through the running
-    worker fails and keeps the entry; once the secret is set, the replay runs the
-    recorded handler with the original event and the entry is deleted."""
-    write_function(functions_dir, REPLAY_FUNCTION, REPLAY_TEMPLATE)
-    worker = relay_worker()
-    message_id = ledger.add({"kind": "replay"})
-    wait_until(lambda: message_id not in ledger.pending(), 30, "the exhausted message's ack")
-    [entry] = ledger.dlq()
-    assert (entry["function"], entry["handler"], entry["handler_attempts"]) == (
-        REPLAY_FUNCTION,
-        "ft.marks.echo",
-        "1",
-    )
-    assert REPLAY_SECRET in entry["reason"]
-    entry_id = ledger.client.xrange(f"relay:{ledger.stream}:dlq")[0][0].decode()
-
-    failed = run_relay(["dlq", "replay", entry_id], worker.admin_env)
-    assert failed.returncode == 1, failed
-    assert "the entry is kept" in failed.stderr
-    assert len(ledger.dlq()) == 1
-    assert not marks(worker, "replay", function=REPLAY_FUNCTION)
-
-    secret = run_relay(["secret", "set", REPLAY_SECRET], worker.admin_env, stdin="go")
-    assert secret.returncode == 0, secret.stderr
-    replayed = run_relay(["dlq", "replay", entry_id], worker.admin_env)
-    assert replayed.returncode == 0, replayed.stderr
-    assert f"Replayed {entry_id}" in replayed.stdout
-    assert ledger.dlq() == []
-    assert len(marks(worker, "replay", "run", function=REPLAY_FUNCTION)) == 1
-    worker.wait_for(rf"msg=dead_letter_replayed .*entry_id={entry_id}")
