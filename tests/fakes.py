@@ -27,10 +27,12 @@ from relay.domain.invocation import (
     Exhaust,
     Exhausted,
     ExhaustNow,
+    Release,
     Running,
     Skip,
     Terminal,
     apply_transition,
+    claimed_at_field,
     decide,
     format_marker,
     parse_marker,
@@ -473,6 +475,7 @@ class InMemoryLedger:
             case Claim(attempt):
                 until = now + claim.lease_ms
                 h[field] = format_marker(Running(until, attempt, token))
+                h[claimed_at_field(field)] = str(now)
                 return ClaimStatus(
                     field=field, status=CLAIMED, attempt=attempt, until_ms=until, previous=previous
                 )
@@ -495,6 +498,8 @@ class InMemoryLedger:
                 h.pop(report.field, None)
             else:
                 h[report.field] = format_marker(after)
+            if isinstance(report.transition, Release):  # unrun: no claim time either
+                h.pop(claimed_at_field(report.field), None)
             if isinstance(report.transition, Exhaust):
                 h["@err:" + report.field] = report.error
         settled = self._settle(h, ctx, request.gates, request.blocked)

@@ -16,6 +16,11 @@ integer milliseconds on the Redis server clock:
 absent or unparsable                    eligible, as attempt 1
 ======================================  =============================================
 
+Reserved message-level fields start with ``@`` (function names cannot): ``@class``
+(the once-only classification), ``@dlq`` (a malformed message's entry id),
+``@err:<field>`` (an exhausted invocation's DLQ reason) and ``@at:<field>`` (when its
+current or last attempt was claimed, see :func:`claimed_at_field`).
+
 The attempt is counted at claim: an expired ``running`` marker (a crashed or
 killed worker) counts as a spent attempt, so a handler that crashes its container
 still reaches the dead-letter queue. The Lua scripts in
@@ -43,6 +48,16 @@ def backoff_ms(attempt: int) -> int:
 def invocation_field(function: str, handler: str) -> str:
     """The ledger hash field naming one invocation: ``<function>/<handler>``."""
     return f"{function}/{handler}"
+
+
+def claimed_at_field(field: str) -> str:
+    """The reserved ledger field holding when ``field``'s current (or last) attempt
+    was claimed: ``@at:<function>/<handler>`` = server time in integer ms.
+
+    Written by the claim together with its ``running`` marker and removed when the
+    claim is released unrun; like every ``@`` field it is never an invocation.
+    """
+    return f"@at:{field}"
 
 
 # --- markers -------------------------------------------------------------------

@@ -29,7 +29,8 @@ for _, record in ipairs(split(ARGV[4], RS)) do
     local next_attempt = 1
     if kind == 'running' or kind == 'backoff' then next_attempt = attempt + 1 end
     redis.call('HSET', ledger, f,
-      'running:' .. fmt(now + lease) .. '#' .. fmt(next_attempt) .. '#' .. token)
+      'running:' .. fmt(now + lease) .. '#' .. fmt(next_attempt) .. '#' .. token,
+      '@at:' .. f, fmt(now))
     table.insert(statuses, {f, 'claimed', next_attempt, fmt(now + lease), prev or '', 0})
     claimed = claimed + 1
   end

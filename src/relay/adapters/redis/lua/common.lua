@@ -6,6 +6,8 @@
 --   @class  the once-only classification (HSETNX)
 --   @dlq    the placeholder DLQ entry id of a malformed message
 --   @err:<function>/<handler>  the DLQ reason of an exhausted invocation
+--   @at:<function>/<handler>   server time (ms) its current or last attempt was claimed
+--                              (written with the claim; removed when a claim is released)
 pcall(redis.replicate_commands)
 
 local function now_ms()

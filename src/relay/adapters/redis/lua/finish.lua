@@ -30,10 +30,11 @@ for i, record in ipairs(split(ARGV[3], RS)) do
     else
       marker = arg
     end
-    if marker then
-      redis.call('HSET', ledger, f, marker)
+    if not marker then -- a released claim that replaced nothing: as if never claimed
+      redis.call('HDEL', ledger, f, '@at:' .. f)
     else
-      redis.call('HDEL', ledger, f)
+      redis.call('HSET', ledger, f, marker)
+      if kind == 'release' then redis.call('HDEL', ledger, '@at:' .. f) end
     end
   else
     table.insert(rejected, f)
