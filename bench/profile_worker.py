@@ -43,6 +43,8 @@ from _redisbench import (
     add_burst,
     command_counts,
     delta,
+    paced_latency,
+    percentile,
     remove_function_images,
     start_worker,
     throwaway_redis,
@@ -153,6 +155,15 @@ async def run(args: argparse.Namespace, url: str) -> None:
                     print(f"    {name:24} {secs / args.events * 1e6:8.1f} us")
                 if spy is not None:
                     finish_py_spy(spy, args)
+            for rate in args.latency_rates:
+                run_ = await paced_latency(url, stream, group, rate=rate, count=args.latency_events)
+                lat = run_.latencies_ms
+                if lat:
+                    print(
+                        f"\nXADD->XACK at {rate:.0f} events/s: p50 {percentile(lat, 0.5):.2f} ms, "
+                        f"p99 {percentile(lat, 0.99):.2f} ms ({len(lat)} events; "
+                        f"{run_.round_trips / run_.events:.2f} round trips/event)"
+                    )
         except BaseException:
             print("--- worker log (tail) ---")
             print(worker.log_tail())
@@ -234,6 +245,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--py-spy", choices=("top", "record"), default=None)
     parser.add_argument("--py-spy-out", default="/tmp/relay-worker.txt")
+    parser.add_argument(
+        "--latency-rates",
+        type=float,
+        nargs="*",
+        default=[],
+        help="after the bursts, XADD->XACK p50/p99 at each of these paced rates (MONITOR)",
+    )
+    parser.add_argument("--latency-events", type=int, default=1000)
     parser.add_argument("--redis-url", default=None)
     parser.add_argument("--build-timeout", type=float, default=600.0)
     parser.add_argument(
