@@ -39,3 +39,23 @@ def test_a_malformed_message() -> None:
     lines = render_trace(facts)
     assert "Malformed:    dead-lettered at once as entry 5-0" in lines
     assert lines[-1].startswith("Verdict:      malformed")
+
+
+def test_a_running_invocation_shows_its_token_age() -> None:
+    marker = f"running:{NOW + 48_000}#2#abcdef123456"
+    assert describe_marker(marker, NOW, NOW - 12_000) == (
+        "running attempt 2 (claim abcdef12), claimed 12s ago, protected for 48s more"
+    )
+    expired = describe_marker(f"running:{NOW - 60_000}#1#tok", NOW, NOW - 180_000)
+    assert "claimed 3m ago, claim expired 1m ago" in expired
+    field = "users/events.created.handler"
+    facts = MessageFacts(
+        "1-0", "s", "g", NOW, body_bytes=10,
+        ledger={"@class": "matched:users", field: marker, f"@at:{field}": str(NOW - 12_000)},
+        pending={"consumer": "c", "idle_ms": 5, "deliveries": 1},
+    )
+    lines = render_trace(facts)
+    assert f"  {field}  running attempt 2 (claim abcdef12), claimed 12s ago, " \
+        "protected for 48s more" in lines
+    assert not any("@at:" in line for line in lines)  # a reserved field, never an invocation
+    assert verdict(facts).startswith("an attempt is running")

@@ -22,7 +22,14 @@ from redis.exceptions import RedisError
 from relay.adapters.redis.keys import dlq_key, invocation_key
 from relay.domain.durations import MILLISECOND, format_duration
 from relay.domain.errors import DependencyUnavailable, RelayError
-from relay.domain.invocation import BackingOff, Exhausted, Ok, Running, parse_marker
+from relay.domain.invocation import (
+    BackingOff,
+    Exhausted,
+    Ok,
+    Running,
+    claimed_at_field,
+    parse_marker,
+)
 from relay.domain.retention import StreamId
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import RedisSettings, load_redis_settings
@@ -153,7 +160,8 @@ def render_trace(facts: MessageFacts) -> list[str]:
         lines.append("Invocations:")
         width = max(len(name) for name in invocations)
         for name in invocations:
-            state = describe_marker(facts.ledger[name], facts.now_ms)
+            claimed_at = _int(facts.ledger.get(claimed_at_field(name)))
+            state = describe_marker(facts.ledger[name], facts.now_ms, claimed_at)
             lines.append(f"  {name:<{width}}  {state}")
             reason = facts.ledger.get(f"@err:{name}")
             if reason:
@@ -163,8 +171,12 @@ def render_trace(facts: MessageFacts) -> list[str]:
     return lines
 
 
-def describe_marker(text: str, now_ms: int) -> str:
-    """One invocation's state, attempt and timing, in words."""
+def describe_marker(text: str, now_ms: int, claimed_at_ms: int | None = None) -> str:
+    """One invocation's state, attempt and timing, in words.
+
+    ``claimed_at_ms`` (the ledger's ``@at:<field>``, server clock) is when the
+    current claim was taken: a running invocation shows it as its token age.
+    """
     marker = parse_marker(text)
     match marker:
         case Ok():
@@ -175,7 +187,10 @@ def describe_marker(text: str, now_ms: int) -> str:
                 f"protected for {_ms(left)} more" if left > 0
                 else f"claim expired {_ms(-left)} ago (its worker died or stalled)"
             )
-            return f"running attempt {attempt} (claim {token[:8]}), {until}"
+            age = ""
+            if claimed_at_ms is not None:  # the token age
+                age = f"claimed {_ms(max(0, now_ms - claimed_at_ms))} ago, "
+            return f"running attempt {attempt} (claim {token[:8]}), {age}{until}"
         case BackingOff(deadline_ms, attempt):
             left = deadline_ms - now_ms
             when = f"in {_ms(left)}" if left > 0 else f"due since {_ms(-left)}"
@@ -260,6 +275,10 @@ def _dlq_lines(facts: MessageFacts) -> list[str]:
 
 def _ms(ms: int) -> str:
     return format_duration((ms // 1000) * 1000 * MILLISECOND) if ms >= 1000 else f"{ms}ms"
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
 
 
 def _stamp(ms: int) -> str:
