@@ -193,6 +193,47 @@ def test_redis_restart_the_worker_recovers_and_loses_nothing(
         assert len(marks(worker, message_id, "run")) == 1
 
 
+def test_a_frozen_redis_mid_invocation_is_waited_out_and_nothing_is_lost(
+    relay_worker: WorkerFactory,
+    worker_env: dict[str, str],
+    functions_dir: Path,
+    restartable_redis: Any,
+) -> None:
+    """Row 7: Redis stops answering (the container is paused: connections stay open,
+    nothing replies) while a handler runs. The consumer logs ``broker_unavailable``
+    once, keeps retrying, and ``broker_recovered`` once Redis answers again; the
+    invocation's result is recorded and the message acknowledged after the outage,
+    it ran once, and an event sent afterwards is handled as usual."""
+    write_function(functions_dir)
+    worker = relay_worker(env={"REDIS_URI": restartable_redis.url})
+    client = redis.Redis.from_url(restartable_redis.url)
+    try:
+        ledger = Ledger(client, worker_env)
+        message_id = ledger.add({"kind": "slow"})
+        worker.wait_for(mark_pattern(message_id, "start"), timeout=30)
+        restartable_redis.pause()
+        try:
+            # A read is given up after its block time plus 10 s.
+            worker.wait_for(r"msg=broker_unavailable .*loop=consumer", timeout=40)
+        finally:
+            restartable_redis.unpause()
+        worker.wait_for(r"msg=broker_recovered .*loop=consumer", timeout=40)
+        worker.wait_for(mark_pattern(message_id, "end"), timeout=30)
+        wait_until(lambda: message_id not in ledger.pending(), 40, "the ack after the outage")
+        assert ledger.marker(message_id, SLOW) == "ok"
+
+        after = ledger.add({"kind": "ok"})
+        worker.wait_for(mark_pattern(after, "run"), timeout=30)
+        wait_until(lambda: not ledger.pending(), 15, "the ack of the later event")
+    finally:
+        client.close()
+    assert worker.process is not None
+    assert worker.process.poll() is None, "the worker exited"
+    assert len(worker.find(r"msg=broker_unavailable .*loop=consumer")) == 1
+    assert len(worker.find(r"msg=broker_recovered .*loop=consumer")) == 1
+    assert len(marks(worker, message_id, "start")) == 1
+
+
 def test_an_always_failing_handler_runs_one_plus_retries_times_then_one_dlq_entry(
     relay_worker: WorkerFactory, ledger: Ledger
 ) -> None:
