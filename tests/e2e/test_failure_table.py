@@ -98,6 +98,41 @@ def test_sigkill_mid_invocation_another_worker_completes_after_the_claim_expires
     assert ledger.dlq_of(message_id) == []
 
 
+def test_a_crash_after_the_side_effect_runs_the_handler_again(
+    relay_worker: WorkerFactory,
+    worker_env: dict[str, str],
+    ledger: Ledger,
+    docker_client: Any,
+) -> None:
+    """Row 2, the at-least-once window: the handler's side effect happened (its
+    container printed ``end``) but the worker died before recording it (frozen,
+    then SIGKILLed). After the claim expires another worker runs it again: the side
+    effect happens twice, the second run is attempt 2, and the message is acked."""
+    first = relay_worker(name="a", env=FAST_RECOVERY)
+    message_id = ledger.add({"kind": "slow"})
+    first.wait_for(mark_pattern(message_id, "start"), timeout=30)
+    [started] = marks(first, message_id, "start")
+    first.signal(signal.SIGSTOP)  # the worker never reads the result ...
+    container = docker_client.containers.get(started.container)
+
+    def side_effect_done() -> bool:
+        return b"mark end " in container.logs()
+
+    wait_until(side_effect_done, 30, "the first run's side effect")
+    first.kill()  # ... and dies before recording it
+    assert (ledger.marker(message_id, SLOW) or "").startswith("running:"), "nothing recorded"
+
+    second = relay_worker(
+        name="b", env={**FAST_RECOVERY, "RELAY_HOSTNAME": worker_env["RELAY_HOSTNAME"] + "-b"}
+    )
+    second.wait_for(mark_pattern(message_id, "end"), timeout=TAKEOVER_S)
+    wait_until(lambda: message_id not in ledger.pending(), 15, "the message to be acked")
+    [succeeded] = second.find(rf"msg=invocation_succeeded .*message_id={message_id}")
+    assert " attempt=2 " in f"{succeeded} "
+    assert ledger.marker(message_id, SLOW) == "ok"
+    assert ledger.dlq_of(message_id) == []
+
+
 def test_sigstop_past_the_deadline_the_late_result_is_fenced(
     relay_worker: WorkerFactory, worker_env: dict[str, str], ledger: Ledger
 ) -> None:
