@@ -604,7 +604,10 @@ class InMemoryStatsStore:
         if self.gate is not None:
             await self.gate.wait()
         self.persisted = StatsSnapshot(
-            totals=snapshot.totals, functions=snapshot.functions, updated_at=at
+            totals=snapshot.totals,
+            functions=snapshot.functions,
+            updated_at=at,
+            timestamps=snapshot.timestamps,
         )
         self.writes.append(("save", self.persisted))
 

@@ -3,13 +3,15 @@
 :class:`Metrics` is the live source of every operational number: the bus
 subscribers in :mod:`relay.adapters.metrics.subscribers` feed it from domain
 events, ``GET /metrics`` exposes it, and :meth:`Metrics.snapshot` reads the
-cumulative counters the stats store persists. Labels are bounded: function,
-handler, outcome, state and reason only; ids are never labels.
+cumulative counters the stats store persists (with the per-function ``Last*``
+execution timestamps, which are kept here but are no Prometheus series). Labels
+are bounded: function, handler, outcome, state and reason only; ids are never labels.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -39,10 +41,12 @@ PoolSource = Callable[[], Mapping[str, PoolSnapshot]]
 class Metrics:
     """Every series the spec names, plus the reads the stats flush needs."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self._lock = threading.Lock()  # guards tombstones and restored baselines
+        self._clock = clock  # wall clock (epoch s) stamping the Last* timestamps
+        self._lock = threading.Lock()  # guards tombstones, restored baselines, Last*
+        self._last: dict[str, dict[str, float]] = {}  # function -> Last* key -> epoch s
         self._removed: set[str] = set()
         self._restored_discards: dict[str, int] = {}
         self._globals = {key: Counter(key, _HELP[key], registry=r) for key in GLOBAL_COUNTERS}
@@ -114,6 +118,7 @@ class Metrics:
         self._globals["events_matched"].inc()
         for function in set(functions):
             self._per_function["events_matched"].labels(function).inc()
+            self._stamp(function, "last_matched_at")
 
     def invocation_finished(
         self, function: str, handler: str, *, ok: bool, duration_s: float | None = None
@@ -125,6 +130,7 @@ class Metrics:
         self.handler_invocations.labels(outcome, function, handler).inc()
         if duration_s is not None:
             self.handler_duration.labels(function, handler).observe(duration_s)
+        self._stamp(function, "last_success_at" if ok else "last_failure_at")
 
     def handler_invoked(
         self, function: str, handler: str, *, ok: bool, duration_s: float
@@ -143,6 +149,13 @@ class Metrics:
         self._globals["dlq_entries"].inc()
         if function != NO_FUNCTION:
             self._per_function["dlq_entries"].labels(function).inc()
+            self._stamp(function, "last_dlq_at")
+
+    def _stamp(self, function: str, key: str) -> None:
+        at = self._clock()
+        with self._lock:
+            last = self._last.setdefault(function, {})
+            last[key] = max(at, last.get(key, at))
 
     def build_finished(self, function: str, *, ok: bool, duration_s: float | None) -> None:
         if not ok:
@@ -202,6 +215,7 @@ class Metrics:
         with self._lock:
             self._removed.add(function)
             self._restored_discards.pop(function, None)
+            self._last.pop(function, None)
             by_function: list[MetricWrapperBase] = [
                 *self._per_function.values(), self.build_failures, self.build_duration,
                 self.handler_duration, self.acquires, self.discards, self.acquire_duration,
@@ -231,11 +245,12 @@ class Metrics:
             add(function, "warm_acquires" if outcome == ACQUIRE_WARM else "cold_starts", value)
         with self._lock:
             restored = dict(self._restored_discards)
+            timestamps = {name: dict(last) for name, last in self._last.items()}
         for (function, _reason), value in _labelled(self.discards):
             add(function, "discarded", value)
         for function, value in restored.items():
             add(function, "discarded", value)
-        return StatsSnapshot(totals=totals, functions=functions)
+        return StatsSnapshot(totals=totals, functions=functions, timestamps=timestamps)
 
     def restore(self, persisted: StatsSnapshot) -> None:
         """Start the cumulative counters from the persisted totals, so they stay
@@ -255,6 +270,11 @@ class Metrics:
             if values["discarded"]:
                 with self._lock:
                     self._restored_discards[function] = values["discarded"]
+        with self._lock:
+            for function in persisted.timestamps:
+                last = self._last.setdefault(function, {})
+                for key, at in persisted.last(function).items():
+                    last[key] = max(at, last.get(key, at))
 
 
 class _PoolCollector(Collector):

@@ -1,9 +1,12 @@
 """The ``stats`` and ``function_stats`` rows of the state database.
 
-Each row's ``data`` is a JSON document of counters (absent keys read as zero).
-A save replaces the global row and every listed function's row in one
-transaction; a reset zeroes counters in the existing rows (never deletes them)
-and keeps the backlog gauges, which the next flush refreshes.
+Each row's ``data`` is a JSON document of counters (absent keys read as zero);
+a function's row also holds its ``Last*`` execution timestamps as RFC3339 UTC
+strings (``last_matched_at``, ``last_success_at``, ``last_failure_at``,
+``last_dlq_at``; absent until set). A save replaces the global row and every
+listed function's row in one transaction; a reset zeroes counters and removes the
+timestamps in the existing rows (never deletes them) and keeps the backlog
+gauges, which the next flush refreshes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from relay.adapters.sqlite.db import DATA_IN, StateDatabase, parse_rfc3339, rfc3
 from relay.domain.stats import (
     BACKLOG_GAUGES,
     FUNCTION_COUNTERS,
+    FUNCTION_TIMESTAMPS,
     GLOBAL_COUNTERS,
     GLOBAL_KEYS,
     StatsSnapshot,
@@ -61,11 +65,16 @@ def read_stats(db: StateDatabase) -> StatsSnapshot:
         data, stamp = row
         totals = {key: _number(data.get(key)) for key in GLOBAL_KEYS}
         updated_at = parse_rfc3339(stamp)
-    functions = {
-        name: {key: _number(data.get(key)) for key in FUNCTION_COUNTERS}
-        for name, data, _stamp in db.rows("function_stats")
-    }
-    return StatsSnapshot(totals=totals, functions=functions, updated_at=updated_at)
+    functions: dict[str, dict[str, int]] = {}
+    timestamps: dict[str, dict[str, float]] = {}
+    for name, data, _stamp in db.rows("function_stats"):
+        functions[name] = {key: _number(data.get(key)) for key in FUNCTION_COUNTERS}
+        last = _timestamps(data)
+        if last:
+            timestamps[name] = last
+    return StatsSnapshot(
+        totals=totals, functions=functions, updated_at=updated_at, timestamps=timestamps
+    )
 
 
 def write_stats(db: StateDatabase, snapshot: StatsSnapshot, at: float) -> None:
@@ -86,8 +95,20 @@ def reset_stats(db: StateDatabase, at: float) -> None:
 def _write(conn: sqlite3.Connection, snapshot: StatsSnapshot, stamp: str) -> None:
     totals = {key: snapshot.total(key) for key in (*GLOBAL_COUNTERS, *BACKLOG_GAUGES)}
     conn.execute(_SAVE_GLOBAL, (_json(totals), stamp))
-    for name in snapshot.functions:
-        conn.execute(_SAVE_FUNCTION, (name, _json(snapshot.function(name)), stamp))
+    for name in snapshot.function_names():
+        data: dict[str, Any] = dict(snapshot.function(name))
+        data.update({key: rfc3339(at) for key, at in snapshot.last(name).items()})
+        conn.execute(_SAVE_FUNCTION, (name, _json(data), stamp))
+
+
+def _timestamps(data: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for key in FUNCTION_TIMESTAMPS:
+        value = data.get(key)
+        at = parse_rfc3339(value) if isinstance(value, str) else None
+        if at is not None:
+            out[key] = at
+    return out
 
 
 def _json(data: dict[str, Any]) -> str:

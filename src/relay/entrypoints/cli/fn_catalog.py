@@ -31,6 +31,13 @@ _STATS = (
     ("Retries:", "retries"),
     ("DLQ entries:", "dlq_entries"),
 )
+# The per-function Last* execution timestamps: a line each, only when set.
+_STATS_LAST = (
+    ("Last matched:", "last_matched_at"),
+    ("Last success:", "last_success_at"),
+    ("Last failure:", "last_failure_at"),
+    ("Last DLQ entry:", "last_dlq_at"),
+)
 _POOL_LIVE = (
     ("Capacity:", "capacity"),
     ("Containers:", "containers"),
@@ -103,7 +110,8 @@ def render_inspect(
     lines += _schedules(row.get("schedules") or [], describe or cron_text.describe)
     lines += _services(row.get("services") or [])
     lines.append("Stats:")
-    lines += _aligned((label, _count(stats, key)) for label, key in _STATS)
+    counts = [(label, _count(stats, key)) for label, key in _STATS]
+    lines += _aligned(counts + _last_lines(stats, now))
     lines += _mapping("Environment:", row.get("env") or {})
     lines += _mapping("Secrets:", row.get("secrets") or {})
     lines.append("Runtime pool:")
@@ -189,6 +197,18 @@ def _pool_lines(stats: Mapping[str, Any], pool: Mapping[str, Any] | None) -> lis
     if pool is not None and int(pool.get("starting") or 0) > 0:
         live.append(("Starting:", _count(pool, "starting")))
     return live + [(label, _count(stats, key)) for label, key in _POOL_COUNTERS]
+
+
+def _last_lines(stats: Mapping[str, Any], now: float) -> list[tuple[str, str]]:
+    """``Last success:  2026-11-29T20:01:02Z (3m ago)`` for each timestamp that is set."""
+    lines = []
+    for label, key in _STATS_LAST:
+        stamp = stats.get(key)
+        if not isinstance(stamp, str) or not stamp:
+            continue
+        at = parse_rfc3339(stamp)
+        lines.append((label, stamp if at is None else f"{stamp} ({age(at, now)})"))
+    return lines
 
 
 def _aligned(pairs: Any) -> list[str]:
