@@ -172,10 +172,16 @@ def test_stats_metrics_and_pool_counters_through_a_run_and_a_reset(
     assert re.search(r"^  Cold starts:\s+1$", inspect.stdout, re.MULTILINE), inspect.stdout
     assert re.search(r"^  Warm acquires:\s+1$", inspect.stdout, re.MULTILINE), inspect.stdout
     assert re.search(r"^  Events matched:\s+2$", inspect.stdout, re.MULTILINE), inspect.stdout
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(\d+s ago\)$"
+    for label in ("Last matched:", "Last success:"):
+        assert re.search(rf"^  {label}\s+{stamp}", inspect.stdout, re.MULTILINE), inspect.stdout
+    assert "Last failure:" not in inspect.stdout
 
     reset = run_relay(["stats", "reset"], worker.admin_env)
     assert reset.returncode == 0, reset.stderr
     assert stats_value(worker, "Events received") == "0"
+    after_reset = run_relay(["function", "inspect", FUNCTION], worker.admin_env)
+    assert "Last success:" not in after_reset.stdout, after_reset.stdout
     client.xadd(stream, {"event": json.dumps(EXAMPLE_EVENT)})
     wait_until(
         lambda: stats_value(worker, "Events received") == "1",
