@@ -427,8 +427,11 @@ def test_retention_never_trims_a_pending_entry_older_than_the_window(
 
     worker = relay_worker(env={"REDIS_STREAM_RETENTION": "1s"})
     [line] = worker.wait_for(r"msg=stream_trimmed", timeout=30)
-    assert f"limited_by={group}" in line, line
-    assert f"effective_cutoff={pending_id}" in line, line
+    if "mode=clamped" in line:  # Redis before 8.2 (the test bed's 7.0): Relay clamps
+        assert f"limited_by={group}" in line, line
+        assert f"effective_cutoff={pending_id}" in line, line
+    else:  # XTRIM ... ACKED: the server itself keeps what a group has not acknowledged
+        assert "mode=acked" in line, line
     assert re.search(r"removed=[1-9]", line), line
     assert client.xlen(stream) < 201
     assert [i.decode() for i, _ in client.xrange(stream, pending_id, pending_id)] == [pending_id]
