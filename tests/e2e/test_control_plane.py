@@ -172,7 +172,7 @@ def test_stats_metrics_and_pool_counters_through_a_run_and_a_reset(
     assert re.search(r"^  Cold starts:\s+1$", inspect.stdout, re.MULTILINE), inspect.stdout
     assert re.search(r"^  Warm acquires:\s+1$", inspect.stdout, re.MULTILINE), inspect.stdout
     assert re.search(r"^  Events matched:\s+2$", inspect.stdout, re.MULTILINE), inspect.stdout
-    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(\d+s ago\)$"
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(\d+[smh] ago\)$"
     for label in ("Last matched:", "Last success:"):
         assert re.search(rf"^  {label}\s+{stamp}", inspect.stdout, re.MULTILINE), inspect.stdout
     assert "Last failure:" not in inspect.stdout
