@@ -105,7 +105,7 @@ async def run(args: argparse.Namespace, url: str) -> None:
         functions = write_function(
             root / "functions",
             function,
-            NOOP_TEMPLATE.format(concurrency=4),
+            NOOP_TEMPLATE.format(concurrency=args.concurrency),
             {"noop.py": NOOP_HANDLER},
         )
         worker = start_worker(
@@ -115,7 +115,7 @@ async def run(args: argparse.Namespace, url: str) -> None:
             functions=functions,
             workdir=root,
             name="prof-worker",
-            extra_env={"MAX_CONCURRENCY": "4"},
+            extra_env={"MAX_CONCURRENCY": str(args.concurrency)},
         )
         try:
             print(f"starting the worker (pid {worker.proc.pid}) and building {function}")
@@ -243,6 +243,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--concurrency", type=int, default=4, help="MAX_CONCURRENCY = warm containers"
+    )
     parser.add_argument("--py-spy", choices=("top", "record"), default=None)
     parser.add_argument("--py-spy-out", default="/tmp/relay-worker.txt")
     parser.add_argument(
