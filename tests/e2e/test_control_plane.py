@@ -40,6 +40,14 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
+def try_scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+    """``scrape``, or ``None`` while the worker's metrics server is not answering yet."""
+    try:
+        return scrape(port)
+    except OSError:  # URLError included: not bound yet (a bind failure is retried)
+        return None
+
+
 def sample(
     metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
 ) -> float:
@@ -150,7 +158,8 @@ def test_stats_metrics_and_pool_counters_through_a_run_and_a_reset(
     for event in (EXAMPLE_EVENT, UPDATE_EVENT, UNMATCHED_EVENT):  # one at a time: cold, warm
         acked(client, stream, group, client.xadd(stream, {"event": json.dumps(event)}))
 
-    metrics = scrape(port)
+    metrics = wait_until(lambda: try_scrape(port), 30, "the metrics server to answer")
+    assert isinstance(metrics, dict)
     received = sample(metrics, "events_received_total")
     assert received == 3
     assert received == sample(metrics, "events_matched_total") + sample(
@@ -242,9 +251,10 @@ def test_a_redelivered_event_is_not_classified_again(
     def settled() -> bool:
         rows = client.xpending_range(stream, group, min=failing, max=failing, count=1)
         redelivered = bool(rows) and rows[0]["consumer"] == host.encode()
-        metrics = scrape(port)
+        metrics = try_scrape(port)
         return (
-            redelivered
+            metrics is not None
+            and redelivered
             and sample(metrics, "buffered_events") == 0
             and sample(metrics, "events_received_total") == 1
         )
