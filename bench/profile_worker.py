@@ -76,6 +76,13 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
     return out
 
 
+def worker_user_system(pid: int) -> tuple[float, float]:
+    """The worker's user and system CPU seconds so far."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
 def _in_container(pid: str) -> bool:
     """Inside a Docker container (the handlers' bootstraps, a containerised Redis)."""
     try:
@@ -151,6 +158,11 @@ async def run(args: argparse.Namespace, url: str) -> None:
                 used = cpu_delta(cpu_before, cpu_after, worker.proc.pid)
                 total = sum(used.values())
                 print(f"  CPU busy {total / seconds:.2f} of {os.cpu_count()} cores; per event:")
+                user, system = worker_user_system(worker.proc.pid)
+                print(
+                    f"    (the worker so far: {user:.1f} s user, {system:.1f} s system: "
+                    f"{100 * system / max(user + system, 1e-9):.0f}% in the kernel)"
+                )
                 for name, secs in sorted(used.items(), key=lambda kv: -kv[1])[:14]:
                     print(f"    {name:24} {secs / args.events * 1e6:8.1f} us")
                 if spy is not None:
