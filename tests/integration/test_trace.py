@@ -25,19 +25,32 @@ def test_trace_shows_a_retried_invocation_and_its_dead_letter(
         client.xreadgroup(group, "worker-1", {stream: ">"}, count=1)
         now_ms = int(time.time() * 1000)
         ledger = invocation_key(stream, group, message_id)
-        client.hset(ledger, mapping={
-            "@class": "matched:users",
-            "users/events.created.handler": "ok",
-            "users/events.updated.handler": f"next_attempt_at:{now_ms + 90_000}#2",
-            "@err:users/events.updated.handler": "boom",
-            "users/events.deleted.handler": "exhausted:5:dlq",
-        })
-        client.xadd(dlq_key(stream), {
-            "original_stream": stream, "original_id": message_id, "group": group,
-            "consumer": "worker-1", "event": "{}", "reason": "exhausted after 5 attempts: x",
-            "function": "users", "handler": "events.deleted.handler", "deliveries": "6",
-            "handler_attempts": "5", "timestamp": "2026-01-01T00:00:00Z",
-        })
+        client.hset(
+            ledger,
+            mapping={
+                "@class": "matched:users",
+                "users/events.created.handler": "ok",
+                "users/events.updated.handler": f"next_attempt_at:{now_ms + 90_000}#2",
+                "@err:users/events.updated.handler": "boom",
+                "users/events.deleted.handler": "exhausted:5:dlq",
+            },
+        )
+        client.xadd(
+            dlq_key(stream),
+            {
+                "original_stream": stream,
+                "original_id": message_id,
+                "group": group,
+                "consumer": "worker-1",
+                "event": "{}",
+                "reason": "exhausted after 5 attempts: x",
+                "function": "users",
+                "handler": "events.deleted.handler",
+                "deliveries": "6",
+                "handler_attempts": "5",
+                "timestamp": "2026-01-01T00:00:00Z",
+            },
+        )
         client.xadd(dlq_key(stream), {"original_id": "1-0", "function": "other"})
         monkeypatch.setenv("REDIS_URI", redis_url)
         monkeypatch.setenv("REDIS_STREAM", stream)
