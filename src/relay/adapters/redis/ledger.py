@@ -77,7 +77,7 @@ class _Call:
         self.script = script
         self.keys = keys
         self.args = args
-        self.done = anyio.Event()
+        self.done = False  # a flag only: callers wait on the batcher's round event
         self.reply: Any = None
         self.error: BaseException | None = None
 
@@ -115,14 +115,14 @@ class ScriptBatcher:
         self.calls += 1
         deadline = anyio.current_time() + self._timeout_s
         with anyio.CancelScope(shield=True, deadline=deadline):
-            while not call.done.is_set():
+            while not call.done:
                 if not self._sending:
                     await self._send_round()
                 else:
                     if self._round_done is None:
                         self._round_done = anyio.Event()
                     await self._round_done.wait()
-        if not call.done.is_set():
+        if not call.done:
             if call in self._queue:
                 self._queue.remove(call)
             raise DependencyUnavailable(f"redis ledger script {script.name} timed out")
@@ -140,9 +140,9 @@ class ScriptBatcher:
             await self._send(batch)
         finally:
             for call in batch:
-                if not call.done.is_set():  # the round was cut short (timeout)
+                if not call.done:  # the round was cut short (timeout)
                     call.error = DependencyUnavailable("redis ledger call was not answered")
-                    call.done.set()
+                    call.done = True
             self._sending = False
             if self._round_done is not None:
                 self._round_done.set()
@@ -180,7 +180,7 @@ class ScriptBatcher:
                 call.error = outcome
             else:
                 call.reply = outcome
-            call.done.set()
+            call.done = True
 
     async def _one(self, call: _Call) -> Any:
         return await call.script(self._client, call.keys, call.args)
