@@ -190,7 +190,18 @@ async def run(args: argparse.Namespace, url: str) -> None:
 def start_py_spy(args: argparse.Namespace, pid: int) -> subprocess.Popen[bytes]:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     # --gil: only the thread holding the GIL, i.e. where the worker's Python time goes
-    command = [spy, "record", "-p", str(pid), "-o", args.py_spy_out, "-r", "97", "--gil"]
+    command = [
+        spy,
+        "record",
+        "-p",
+        str(pid),
+        "-o",
+        args.py_spy_out,
+        "-r",
+        "97",
+        "--gil",
+        "--nonblocking",
+    ]
     svg = args.py_spy == "record" and args.py_spy_out.endswith(".svg")
     command += ["-f", "flamegraph" if svg else "raw"]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
