@@ -168,16 +168,7 @@ def _events(raw: object, runtime: str | None, problems: list[str]) -> tuple[Even
         rules.check_keys(item, ("handler", "pattern", "timeout", "retries"), where, problems)
         handler = rules.handler(item, where, runtime, problems)
         pattern = rules.pattern(item, where, problems)
-        timeout = rules.timeout(
-            item.get("timeout", rules.MISSING),
-            f"{where}.timeout",
-            MAX_TIMEOUT_NS,
-            DEFAULT_TIMEOUT_NS,
-            problems,
-        )
-        retries = rules.retries(
-            item.get("retries", rules.MISSING), f"{where}.retries", DEFAULT_RETRIES, problems
-        )
+        timeout, retries = _limits(item, where, problems)
         if handler is not None:
             rules.unique(handler, i, seen, f"{where}.handler", "events", problems)
         if handler is None or pattern is None or timeout is None or retries is None:
@@ -195,6 +186,23 @@ def _events(raw: object, runtime: str | None, problems: list[str]) -> tuple[Even
     return tuple(out)
 
 
+def _limits(
+    item: Mapping[str, object], where: str, problems: list[str]
+) -> tuple[int | None, int | None]:
+    """A rule's ``timeout`` and ``retries`` (same rules for events and schedules)."""
+    timeout = rules.timeout(
+        item.get("timeout", rules.MISSING),
+        f"{where}.timeout",
+        MAX_TIMEOUT_NS,
+        DEFAULT_TIMEOUT_NS,
+        problems,
+    )
+    retries = rules.retries(
+        item.get("retries", rules.MISSING), f"{where}.retries", DEFAULT_RETRIES, problems
+    )
+    return timeout, retries
+
+
 def _schedules(raw: object, runtime: str | None, problems: list[str]) -> tuple[ScheduleRule, ...]:
     out: list[ScheduleRule] = []
     seen: dict[str, int] = {}
@@ -205,16 +213,7 @@ def _schedules(raw: object, runtime: str | None, problems: list[str]) -> tuple[S
         handler = rules.handler(item, where, runtime, problems)
         cron = rules.cron(item.get("cron", rules.MISSING), f"{where}.cron", problems)
         zone = rules.timezone(item.get("timezone", rules.MISSING), f"{where}.timezone", problems)
-        timeout = rules.timeout(
-            item.get("timeout", rules.MISSING),
-            f"{where}.timeout",
-            MAX_TIMEOUT_NS,
-            DEFAULT_TIMEOUT_NS,
-            problems,
-        )
-        retries = rules.retries(
-            item.get("retries", rules.MISSING), f"{where}.retries", DEFAULT_RETRIES, problems
-        )
+        timeout, retries = _limits(item, where, problems)
         if handler is not None:
             rules.unique(handler, i, seen, f"{where}.handler", "schedules", problems)
         if handler is None or cron is None or zone is None or timeout is None or retries is None:
