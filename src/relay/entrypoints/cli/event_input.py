@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Annotated, Any
+
+import typer
 
 from relay.domain.errors import EventError
 
@@ -86,3 +88,12 @@ def _json_kind(value: object) -> str:
     if isinstance(value, bool):
         return "a boolean"
     return "a number"
+
+
+# The --event/--file pair shared by `relay function invoke` and `relay function match`.
+EventOption = Annotated[
+    str | None, typer.Option("--event", help="The event as inline JSON (an object).")
+]
+FileOption = Annotated[
+    Path | None, typer.Option("--file", help="Read the event from this JSON file.")
+]

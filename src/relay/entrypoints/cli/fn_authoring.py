@@ -25,7 +25,7 @@ from relay.domain.patterns import parse_rfc3339
 from relay.domain.source import FINGERPRINT_HEX_LEN, image_tag
 from relay.domain.template import Template
 from relay.entrypoints.cli.common import EXIT_FAILURE, fail, out
-from relay.entrypoints.cli.event_input import read_event_argument
+from relay.entrypoints.cli.event_input import EventOption, FileOption, read_event_argument
 
 
 def register(app: typer.Typer) -> None:
@@ -144,12 +144,8 @@ def validate(
 
 def match(
     path: Annotated[Path, typer.Argument(help="A function directory or a functions directory.")],
-    event: Annotated[
-        str | None, typer.Option("--event", help="The event as inline JSON (an object).")
-    ] = None,
-    file: Annotated[
-        Path | None, typer.Option("--file", help="Read the event from this JSON file.")
-    ] = None,
+    event: EventOption = None,
+    file: FileOption = None,
     at: Annotated[
         str | None,
         typer.Option("--at", help="Evaluate now() at this RFC3339 instant, not the clock."),

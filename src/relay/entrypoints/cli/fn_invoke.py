@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -18,7 +17,7 @@ import typer
 from relay.adapters.control.client import WorkerUnavailable, request
 from relay.domain.errors import EventError, RelayError
 from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
-from relay.entrypoints.cli.event_input import read_event_argument
+from relay.entrypoints.cli.event_input import EventOption, FileOption, read_event_argument
 from relay.entrypoints.config import load_paths
 
 INVOKE_TIMEOUT_S = 3600.0
@@ -31,12 +30,8 @@ def register(app: typer.Typer) -> None:
 
 def invoke(
     name: Annotated[str, typer.Argument(help="Function name.")],
-    event: Annotated[
-        str | None, typer.Option("--event", help="The event as inline JSON (an object).")
-    ] = None,
-    file: Annotated[
-        Path | None, typer.Option("--file", help="A file holding the event JSON.")
-    ] = None,
+    event: EventOption = None,
+    file: FileOption = None,
 ) -> None:
     """Run a function's matching handlers on the live worker."""
     try:
@@ -45,9 +40,7 @@ def invoke(
         fail(str(exc), EXIT_USAGE)
     socket = load_paths(os.environ).socket
     try:
-        result = request(
-            socket, "invoke", function=name, event=payload, timeout=INVOKE_TIMEOUT_S
-        )
+        result = request(socket, "invoke", function=name, event=payload, timeout=INVOKE_TIMEOUT_S)
     except WorkerUnavailable as exc:
         fail(f"{exc}; `relay function invoke` needs a running worker (`relay start`)")
     except RelayError as exc:
