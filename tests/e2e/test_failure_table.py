@@ -163,6 +163,8 @@ def test_sigstop_past_the_deadline_the_late_result_is_fenced(
     [fenced] = first.wait_for(rf"msg=invocation_fenced .*message_id={message_id}", timeout=30)
     assert "attempt=1" in fenced
     assert ledger.marker(message_id, SLOW) == "ok", "the stale report overwrote the marker"
+    # The late result is not reported as a success or a retry: only the fence line.
+    assert not first.find(rf"msg=invocation_(succeeded|failed|exhausted) .*message_id={message_id}")
     holds(
         lambda: (
             message_id not in ledger.pending()

@@ -45,3 +45,33 @@ async def test_a_fenced_result_is_logged_with_its_attempt() -> None:
             "attempt": 1,
         }
     ]
+
+
+async def test_a_fenced_result_is_not_logged_as_a_success() -> None:
+    world = World()
+    world.function("users", {"events": [rule("events.created.handler", {"table": ["users"]})]})
+
+    def taken_over(request: InvocationRequest) -> InvocationResult:
+        hashes = world.ledger.hashes[request.context]
+        marker = parse_marker(hashes[FIELD])
+        assert isinstance(marker, Running)
+        hashes[FIELD] = format_marker(Running(marker.deadline_ms, marker.attempt + 1, "other"))
+        return InvocationResult(ok=True)
+
+    world.runtime.script[FIELD] = taken_over
+    with capture_logs() as logs:
+        await world.deliver(b'{"table": "users"}')
+    names = [entry["event"] for entry in logs]
+    assert "invocation_fenced" in names
+    assert "invocation_succeeded" not in names
+
+
+async def test_an_accepted_result_is_logged_once() -> None:
+    world = World()
+    world.function("users", {"events": [rule("events.created.handler", {"table": ["users"]})]})
+    with capture_logs() as logs:
+        await world.deliver(b'{"table": "users"}')
+    succeeded = [entry for entry in logs if entry["event"] == "invocation_succeeded"]
+    assert len(succeeded) == 1
+    assert succeeded[0]["attempt"] == 1
+    assert succeeded[0]["function"] == "users"

@@ -19,7 +19,7 @@ runs and the message stays pending.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -276,13 +276,18 @@ class MessageDispatcher:
             with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _CLEANUP_S):
                 settled = await self._finish(ctx, finish)
         if settled is None:
-            events += [e for r in runs for e in r.events]
+            for run in runs:
+                _log_results(run.events)
+                events += run.events
             return self._kept_with(ctx, "finish_failed", events)
         rejected = set(settled.rejected)
         for run in runs:
             if run.report.field in rejected:
                 events.append(_fenced(ctx, by_field[run.report.field], run.report.attempt))
             else:
+                # Logged only now: a result the ledger rejected never counted, and
+                # an operator must not read a success (or a retry) that did not happen.
+                _log_results(run.events)
                 events += run.events
         fallback = pending_reason(statuses, blocked, [r.report for r in runs])
         outcome = outcome_name(settled, True, fallback)
@@ -358,8 +363,7 @@ class _Run(msgspec.Struct, frozen=True):
 
 def _fenced(ctx: MessageContext, planned: _Planned, attempt: int) -> InvocationFenced:
     """A result the ledger rejected: this claim expired and a newer attempt holds the
-    invocation. Logged, because the result itself was already logged when the
-    handler returned and an operator must see that it did not count."""
+    invocation. The result itself is not logged; this line says it did not count."""
     _log.warning(
         "invocation_fenced",
         function=planned.function,
@@ -403,16 +407,44 @@ def _result_event(
         "duration_s": result.duration_s,
     }
     if isinstance(transition, Complete):
-        _log.info("invocation_succeeded", **common)
         return InvocationSucceeded(**common)
-    log = _log.bind(**common, error=result.error, exit_code=result.exit_code)
     if isinstance(transition, Retry):
-        log.warning("invocation_failed", retry_in_s=transition.backoff_ms / 1000)
         return InvocationFailed(
             **common,
             error=result.error,
             exit_code=result.exit_code,
             retry_in_s=transition.backoff_ms / 1000,
         )
-    log.error("invocation_exhausted")
     return InvocationExhausted(**common, error=result.error, exit_code=result.exit_code)
+
+
+def _log_results(events: Sequence[DomainEvent]) -> None:
+    """The log lines of an attempt's result, once the ledger has recorded it."""
+    for event in events:
+        if isinstance(event, InvocationSucceeded):
+            _log.info("invocation_succeeded", **_fields(event))
+        elif isinstance(event, InvocationFailed):
+            _log.warning(
+                "invocation_failed",
+                **_fields(event),
+                error=event.error,
+                exit_code=event.exit_code,
+                retry_in_s=event.retry_in_s,
+            )
+        elif isinstance(event, InvocationExhausted):
+            _log.error(
+                "invocation_exhausted",
+                **_fields(event),
+                error=event.error,
+                exit_code=event.exit_code,
+            )
+
+
+def _fields(event: InvocationSucceeded | InvocationFailed | InvocationExhausted) -> dict[str, Any]:
+    return {
+        "function": event.function,
+        "handler": event.handler,
+        "message_id": event.message_id,
+        "attempt": event.attempt,
+        "duration_s": event.duration_s,
+    }
