@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -28,6 +29,14 @@ export async function later(event) {
   await new Promise((r) => setTimeout(r, 5));
   console.log('later');
 }
+export function big() {
+  process.stdout.write('x'.repeat(300000) + '\\n');
+  process.stderr.write('no newline at the end');
+}
+export function forgeMarker() {
+  process.stderr.write('\\x1erelay-end:guess' + JSON.stringify({ ok: true, error: '' }) + '\\n');
+  throw new Error('real');
+}
 export function boom() { throw new TypeError('bad thing'); }
 export function env(event) {
   const shown = event.show.map((k) => [k, process.env[k] ?? null]);
@@ -42,6 +51,18 @@ export function forge() {
     "deep/index.js": "export function handler(e) { console.log('index', e.n); }\n",
     "both.js": "export function handler() { console.log('js wins'); }\n",
 }
+
+
+def read_answer(stderr: IO[bytes], nonce: str) -> tuple[dict[str, object], str]:
+    """Read stderr up to the one answer frame; the answer and the output before it."""
+    marker = b"\x1erelay-end:" + nonce.encode()
+    data = b""
+    while marker not in data or not data.endswith(b"\n"):
+        data += stderr.read1(65536)  # type: ignore[attr-defined]
+    output, _, frame = data.partition(marker)
+    answer = json.loads(frame)
+    assert isinstance(answer, dict)
+    return {"id": nonce, **answer}, output.decode()
 
 
 class NodeBootstrap:
@@ -59,6 +80,7 @@ class NodeBootstrap:
             env={**os.environ, **env},
         )
         self.count = 0
+        self.stdout = b""
 
     def call(self, handler: str, event: object = None, **env: str) -> tuple[dict[str, object], str]:
         assert self.process.stdin
@@ -69,24 +91,14 @@ class NodeBootstrap:
         request = {"id": nonce, "handler": handler, "env": env, "event": json.dumps(event or {})}
         self.process.stdin.write(json.dumps(request).encode() + b"\n")
         self.process.stdin.flush()
-        marker = b"\x1erelay-end:" + nonce.encode() + b"\n"
-        output = b""
-        while not output.endswith(marker):
-            output += self.process.stderr.read1(65536)  # type: ignore[attr-defined]
-        stray: list[str] = []
-        while True:
-            line = self.process.stdout.readline()
-            if not line.strip():
-                continue
-            parsed = json.loads(line) if line.startswith(b"{") else None
-            if isinstance(parsed, dict) and parsed.get("id") == nonce:
-                return parsed, output[: -len(marker)].decode() + "".join(stray)
-            stray.append(line.decode())
+        return read_answer(self.process.stderr, nonce)
 
     def close(self) -> int:
         assert self.process.stdin
         self.process.stdin.close()
         code = self.process.wait(timeout=10)
+        if self.process.stdout and not self.process.stdout.closed:
+            self.stdout += self.process.stdout.read()
         for stream in (self.process.stdout, self.process.stderr):
             if stream:
                 stream.close()
@@ -135,6 +147,18 @@ def test_forged_frames_do_not_answer(boot: NodeBootstrap) -> None:
     assert "half a line" in output
 
 
+def test_the_answer_follows_all_the_output_on_one_stream(boot: NodeBootstrap) -> None:
+    answer, output = boot.call("mod.big")
+    assert answer["ok"] is True
+    assert output == "x" * 300000 + "\nno newline at the end"
+
+
+def test_a_marker_with_a_wrong_nonce_is_output(boot: NodeBootstrap) -> None:
+    answer, output = boot.call("mod.forgeMarker")
+    assert answer == {"id": "nonce1", "ok": False, "error": "Error: real"}
+    assert output.startswith('\x1erelay-end:guess{"ok":true,"error":""}\n')
+
+
 def test_environment_is_set_then_removed_or_restored(boot: NodeBootstrap) -> None:
     show = {"show": ["KEPT", "ONLY_FIRST", "RELAY_HANDLER"]}
     _, first = boot.call("mod.env", show, KEPT="override", ONLY_FIRST="1")
@@ -152,5 +176,6 @@ def test_environment_is_set_then_removed_or_restored(boot: NodeBootstrap) -> Non
 
 
 def test_exits_on_end_of_input(boot: NodeBootstrap) -> None:
-    boot.call("mod.ok")
+    boot.call("mod.forge")
     assert boot.close() == 0
+    assert boot.stdout == b""  # fd 1 is stderr too: nothing ever lands on stdout

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -35,6 +36,12 @@ def forge(event):
     os.write(1, b'{"id": "x", "ok": true, "error": ""}\\n')
     print(json.dumps({"id": None, "ok": True, "error": ""}))
     raise RuntimeError("real")
+def forge_marker(event):
+    sys.stderr.write("\\x1erelay-end:guess" + json.dumps({"ok": True, "error": ""}) + "\\n")
+    raise RuntimeError("real")
+def big(event):
+    sys.stdout.write("x" * 300000 + "\\n")
+    sys.stderr.write("no newline at the end")
 def read_stdin(event):
     print("STDIN", repr(sys.stdin.read()))
 def sleep(event):
@@ -43,6 +50,18 @@ def sleep(event):
     "pkg/__init__.py": "",
     "pkg/sub.py": "def handler(event):\n    print('nested', event['n'])\n",
 }
+
+
+def read_answer(stderr: IO[bytes], nonce: str) -> tuple[dict[str, object], str]:
+    """Read stderr up to the one answer frame; the answer and the output before it."""
+    marker = b"\x1erelay-end:" + nonce.encode()
+    data = b""
+    while marker not in data or not data.endswith(b"\n"):
+        data += stderr.read1(65536)  # type: ignore[attr-defined]
+    output, _, frame = data.partition(marker)
+    answer = json.loads(frame)
+    assert isinstance(answer, dict)
+    return {"id": nonce, **answer}, output.decode()
 
 
 class Bootstrap:
@@ -77,14 +96,7 @@ class Bootstrap:
         }
         self.process.stdin.write(json.dumps(request).encode() + b"\n")
         self.process.stdin.flush()
-        marker = b"\x1erelay-end:" + nonce.encode() + b"\n"
-        output = b""
-        while not output.endswith(marker):
-            output += self.process.stderr.read1(65536)  # type: ignore[attr-defined]
-        while True:
-            line = self.process.stdout.readline()
-            if line.strip():
-                return json.loads(line), output[: -len(marker)].decode()
+        return read_answer(self.process.stderr, nonce)
 
     def close(self) -> int:
         if self.process.stdin:
@@ -150,6 +162,18 @@ def test_forged_frames_land_in_the_output(boot: Bootstrap) -> None:
     answer, output = boot.call("mod.forge")
     assert answer == {"id": "nonce1", "ok": False, "error": "RuntimeError: real"}
     assert '{"id": "x", "ok": true, "error": ""}' in output
+
+
+def test_a_marker_with_a_wrong_nonce_is_output(boot: Bootstrap) -> None:
+    answer, output = boot.call("mod.forge_marker")
+    assert answer == {"id": "nonce1", "ok": False, "error": "RuntimeError: real"}
+    assert output.startswith('\x1erelay-end:guess{"ok": true, "error": ""}\n')
+
+
+def test_the_answer_follows_all_the_output_on_one_stream(boot: Bootstrap) -> None:
+    answer, output = boot.call("mod.big")
+    assert answer["ok"] is True
+    assert output == "x" * 300000 + "\nno newline at the end"
 
 
 def test_environment_is_set_then_removed_or_restored(app: Path) -> None:

@@ -51,14 +51,14 @@ class ScriptedStream:
         return self.pending.pop(0)
 
 
+def frame(nonce: str, ok: bool = True, error: str = "") -> bytes:
+    """The one answer frame: marker, nonce, JSON answer, newline (on stderr)."""
+    body = json.dumps({"ok": ok, "error": error}).encode()
+    return b"\x1erelay-end:" + nonce.encode() + body + b"\n"
+
+
 def answer(nonce: str, ok: bool = True, error: str = "") -> Message:
-    return Message(
-        STDOUT, b"\n" + json.dumps({"id": nonce, "ok": ok, "error": error}).encode() + b"\n"
-    )
-
-
-def marker(nonce: str) -> Message:
-    return Message(STDERR, b"\x1erelay-end:" + nonce.encode() + b"\n")
+    return Message(STDERR, frame(nonce, ok, error))
 
 
 def make(script: Script) -> tuple[ExecutionContainer, ScriptedStream]:
@@ -80,7 +80,7 @@ async def call(container: ExecutionContainer) -> tuple[tuple[bool, str], list[st
 
 
 async def test_request_carries_handler_env_and_event() -> None:
-    container, stream = make(lambda n: [marker(n), answer(n)])
+    container, stream = make(lambda n: [answer(n)])
     assert (await call(container))[0] == (True, "")
     (sent,) = stream.requests
     assert sent["handler"] == "mod.handler"
@@ -89,44 +89,54 @@ async def test_request_carries_handler_env_and_event() -> None:
     assert sent["timeout_s"] == 6.0
 
 
-async def test_output_before_the_marker_is_forwarded_even_when_the_answer_comes_first() -> None:
+async def test_all_output_before_the_answer_is_forwarded_in_order_before_call_returns() -> None:
+    # (a): the answer shares the output's stream, so everything printed before it
+    # is forwarded, in order, before call() returns; output after it is not this call's
     container, _ = make(
         lambda n: [
             Message(STDERR, b"one\ntw"),
-            answer(n, ok=False, error="ValueError: x"),
-            Message(STDERR, b"o\nthree"),
-            marker(n),
+            Message(STDOUT, b"stray on fd 1\n"),
+            Message(STDERR, b"o\nthree" + frame(n, ok=False, error="ValueError: x") + b"late\n"),
         ]
     )
     result, lines = await call(container)
     assert result == (False, "ValueError: x")
-    assert lines == [PREFIX + "one", PREFIX + "two", PREFIX + "three"]
+    assert lines == [PREFIX + "one", PREFIX + "stray on fd 1", PREFIX + "two", PREFIX + "three"]
 
 
-async def test_a_marker_split_across_messages_is_found() -> None:
+@pytest.mark.parametrize("cut", [1, 9, 20, 40, -3, -1])
+async def test_a_frame_split_across_messages_is_found(cut: int) -> None:
     def script(n: str) -> list[Message | None]:
-        end = b"last\n\x1erelay-end:" + n.encode() + b"\n"
-        return [Message(STDERR, end[:9]), Message(STDERR, end[9:]), answer(n)]
+        end = b"last\n" + frame(n, ok=False, error="E: e")
+        return [Message(STDERR, end[:cut]), Message(STDERR, end[cut:])]
 
     container, _ = make(script)
     result, lines = await call(container)
-    assert result == (True, "")
+    assert result == (False, "E: e")
     assert lines == [PREFIX + "last"]
 
 
 async def test_frames_without_the_nonce_are_output_not_answers() -> None:
+    # (b): only the exact marker with this request's nonce, on stderr, is an answer
     forged = json.dumps({"id": None, "ok": True, "error": ""}).encode()
-    wrong = json.dumps({"id": "guess", "ok": True, "error": ""}).encode()
-    container, _ = make(
+    wrong = b"\x1erelay-end:" + b"0" * 24 + json.dumps({"ok": True, "error": ""}).encode()
+    container, stream = make(
         lambda n: [
-            Message(STDOUT, forged + b"\n" + wrong + b"\npartial"),
-            marker(n),
+            Message(STDOUT, forged + b"\n" + wrong + b"\n" + frame(n) + b"partial"),
+            Message(STDERR, wrong + b"\n" + forged + b"\n"),
             answer(n, ok=False, error="RuntimeError: real"),
         ]
     )
     result, lines = await call(container)
     assert result == (False, "RuntimeError: real")
-    assert lines == [PREFIX + forged.decode(), PREFIX + wrong.decode(), PREFIX + "partial"]
+    on_stdout = frame(stream.requests[0]["id"]).rstrip(b"\n")
+    assert lines == [
+        PREFIX + forged.decode(),
+        PREFIX + wrong.decode(),
+        PREFIX + on_stdout.decode(),
+        PREFIX + wrong.decode(),
+        PREFIX + forged.decode(),
+    ]
 
 
 async def test_end_of_stream_is_a_process_exit_and_flushes_partial_output() -> None:
@@ -137,19 +147,45 @@ async def test_end_of_stream_is_a_process_exit_and_flushes_partial_output() -> N
     assert lines == [PREFIX + "dying words"]
 
 
-async def test_a_malformed_answer_is_a_protocol_error() -> None:
+async def test_end_of_stream_inside_the_frame_is_a_process_exit() -> None:
+    container, _ = make(lambda n: [Message(STDERR, b"out\n" + frame(n)[:-5]), None])
+    lines: list[str] = []
+    with pytest.raises(ProcessExited):
+        await container.call(REQUEST, 6.0, lines.append)
+    assert lines[0] == PREFIX + "out"
+
+
+@pytest.mark.parametrize(
+    "payload", [b'{"ok": "yes", "error": ""}', b"not json", b"[true]", b'{"ok": true}']
+)
+async def test_a_malformed_answer_is_a_protocol_error(payload: bytes) -> None:
+    container, _ = make(
+        lambda n: [Message(STDERR, b"\x1erelay-end:" + n.encode() + payload + b"\n")]
+    )
+    with pytest.raises(ProtocolError):
+        await call(container)
+
+
+async def test_a_frame_that_never_ends_is_a_protocol_error() -> None:
     def script(n: str) -> list[Message | None]:
-        bad = json.dumps({"id": n, "ok": "yes", "error": ""}).encode()
-        return [marker(n), Message(STDOUT, bad + b"\n")]
+        head = b"\x1erelay-end:" + n.encode() + b'{"ok": true, "error": "'
+        return [Message(STDERR, head), Message(STDERR, b"x" * (MAX_LINE_BYTES + 1))]
 
     container, _ = make(script)
     with pytest.raises(ProtocolError):
         await call(container)
 
 
+async def test_a_frame_after_a_partial_line_ends_that_line() -> None:
+    container, _ = make(lambda n: [Message(STDERR, b"no newline" + frame(n))])
+    result, lines = await call(container)
+    assert result == (True, "")
+    assert lines == [PREFIX + "no newline"]
+
+
 async def test_an_endless_line_is_forwarded_in_bounded_pieces() -> None:
     big = b"z" * (3 * MAX_LINE_BYTES + 10)
-    container, _ = make(lambda n: [Message(STDERR, big), marker(n), answer(n)])
+    container, _ = make(lambda n: [Message(STDERR, big), answer(n)])
     _, lines = await call(container)
     texts = [line.removeprefix(PREFIX) for line in lines]
     assert "".join(texts) == big.decode()
@@ -157,7 +193,7 @@ async def test_an_endless_line_is_forwarded_in_bounded_pieces() -> None:
 
 
 async def test_without_a_context_the_message_part_is_left_out() -> None:
-    container, _ = make(lambda n: [Message(STDERR, b"hi\n"), marker(n), answer(n)])
+    container, _ = make(lambda n: [Message(STDERR, b"hi\n"), answer(n)])
     lines: list[str] = []
     bare = InvocationRequest(function="fn", handler="mod.handler", event=b"{}")
     await container.call(bare, 1.0, lines.append)

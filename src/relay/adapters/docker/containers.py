@@ -1,9 +1,9 @@
 """One hardened execution container and the request/answer protocol with it.
 
 The container runs the runtime's bootstrap as a long-lived process. Relay is
-attached to its stdin (requests) and its multiplexed stdout/stderr: frames come
-only on stdout, the handler's output only on stderr (see
-``relay.adapters.docker.bootstraps`` for the protocol).
+attached to its stdin (requests) and its multiplexed stdout/stderr: the
+handler's output and, after it, the one answer frame come on stderr; anything
+on stdout is output (see ``relay.adapters.docker.bootstraps`` for the protocol).
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ TMPFS_OPTIONS: Final = "rw,nosuid,nodev,size=64m,mode=1777"
 # The container's own margin past a request's timeout (and past Relay's idle
 # eviction) before it exits by itself.
 GRACE_S: Final = 2.0
-# How long to wait, after the answer, for the last of the handler's output.
-OUTPUT_DRAIN_S: Final = 1.0
 CLEANUP_BUDGET_S: Final = 15.0
 MAX_LINE_BYTES: Final = 64 * 1024
 PER_INVOCATION_LABELS: Final = (
@@ -144,7 +142,7 @@ class ExecutionContainer:
     created_at: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
     invocations: int = 0
-    _frames: bytearray = field(default_factory=bytearray)
+    _stray: bytearray = field(default_factory=bytearray)
     _output: bytearray = field(default_factory=bytearray)
     _prefix: str = ""
 
@@ -159,7 +157,7 @@ class ExecutionContainer:
     async def call(
         self, request: InvocationRequest, timeout_s: float, output: Callable[[str], None]
     ) -> tuple[bool, str]:
-        """Send one request and read until its answer (and its output) are in.
+        """Send one request and read until its answer, which comes after all its output.
 
         Raises ``ProcessExited`` when the process ends first and
         ``ProtocolError`` on an invalid answer. The caller bounds the time.
@@ -181,70 +179,60 @@ class ExecutionContainer:
         except (OSError, RuntimeError, AssertionError) as exc:
             raise ProcessExited(str(exc)) from exc
         marker = END_MARKER_PREFIX + nonce.encode()
-        answer: dict[str, Any] | None = None
-        ended = False
+        answer: bytes | None = None
         while answer is None:
             message = await self.stream.read_out()
             if message is None:
                 self._flush_partial(output)
                 raise ProcessExited("the container's process ended")
             if message.stream == 1:
-                answer = self._take_frames(message.data, nonce, output)
+                self._take_stray(message.data, output)
             else:
-                ended = self._take_output(message.data, marker, output) or ended
-        if not ended:
-            with anyio.move_on_after(OUTPUT_DRAIN_S):
-                while not ended:
-                    message = await self.stream.read_out()
-                    if message is None:
-                        break
-                    if message.stream == 1:
-                        self._take_frames(message.data, nonce, output)
-                    else:
-                        ended = self._take_output(message.data, marker, output)
+                answer = self._take_output(message.data, marker, output)
         self._prefix = _prefix(None, function=self.spec.function)
         self.last_used = time.monotonic()
-        ok, error = answer.get("ok"), answer.get("error")
-        if not isinstance(ok, bool) or not isinstance(error, str):
-            raise ProtocolError("the answer frame is malformed")
-        return ok, error
+        return _parse_answer(answer)
 
-    def _take_frames(
-        self, data: bytes, nonce: str, output: Callable[[str], None]
-    ) -> dict[str, Any] | None:
-        self._frames += data
-        lines, self._frames = _split_lines(self._frames, keep=0)
-        answer = None
+    def _take_stray(self, data: bytes, output: Callable[[str], None]) -> None:
+        """The stdout stream carries no protocol: a stray write to fd 1 is output."""
+        self._stray += data
+        lines, self._stray = _split_lines(self._stray, keep=0)
         for raw in lines:
-            parsed = _parse_frame(raw)
-            if parsed is not None and parsed.get("id") == nonce:
-                answer = parsed
-            elif raw.strip():
-                # not ours (a stray write to fd 1): it is output, never a result
+            if raw.strip():
                 _emit(output, self._prefix, raw)
-        return answer
 
-    def _take_output(self, data: bytes, marker: bytes, output: Callable[[str], None]) -> bool:
+    def _take_output(
+        self, data: bytes, marker: bytes, output: Callable[[str], None]
+    ) -> bytes | None:
+        """Forward complete output lines; the answer's JSON once its frame is whole.
+
+        Only the exact marker with this request's nonce starts a frame: a line
+        that merely looks like one is output."""
         self._output += data
-        ended = False
         at = self._output.find(marker)
-        if at >= 0:
-            before = bytes(self._output[:at])
-            after = bytes(self._output[at + len(marker) :]).removeprefix(b"\n")
-            lines = before.split(b"\n")
-            if lines[-1] == b"":
-                lines.pop()  # the output ended with a newline: no partial line
+        if at < 0:
+            lines, self._output = _split_lines(self._output, keep=len(marker))
             for raw in lines:
                 _emit(output, self._prefix, raw)
-            self._output = bytearray(after)
-            ended = True
-        lines, self._output = _split_lines(self._output, keep=len(marker))
+            return None
+        end = self._output.find(b"\n", at + len(marker))
+        if end < 0:
+            if len(self._output) - at > MAX_LINE_BYTES:
+                raise ProtocolError("the answer frame has no end")
+            return None  # the rest of the frame is still on its way
+        before = bytes(self._output[:at])
+        answer = bytes(self._output[at + len(marker) : end])
+        # output printed in the background after the answer waits for the next call
+        del self._output[: end + 1]
+        lines = before.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()  # the output ended with a newline: no partial line
         for raw in lines:
             _emit(output, self._prefix, raw)
-        return ended
+        return answer
 
     def _flush_partial(self, output: Callable[[str], None]) -> None:
-        for buffer in (self._frames, self._output):
+        for buffer in (self._stray, self._output):
             if buffer.strip():
                 for raw in bytes(buffer).rstrip(b"\n").split(b"\n"):
                     _emit(output, self._prefix, raw)
@@ -296,16 +284,16 @@ def _split_lines(buffer: bytearray, keep: int) -> tuple[list[bytes], bytearray]:
     return lines, bytearray(rest)
 
 
-def _parse_frame(raw: bytes) -> dict[str, Any] | None:
-    if not raw.strip():
-        return None  # the newline the bootstrap writes before each answer
+def _parse_answer(raw: bytes) -> tuple[bool, str]:
     try:
         parsed = msgspec.json.decode(raw)
-    except ValueError:  # msgspec.DecodeError is a ValueError
-        return None
-    if isinstance(parsed, dict) and "id" in parsed and "ok" in parsed:
-        return parsed
-    return None
+    except ValueError as exc:  # msgspec.DecodeError is a ValueError
+        raise ProtocolError("the answer frame is not JSON") from exc
+    ok = parsed.get("ok") if isinstance(parsed, dict) else None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if not isinstance(ok, bool) or not isinstance(error, str):
+        raise ProtocolError("the answer frame is malformed")
+    return ok, error
 
 
 def _prefix(request: InvocationRequest | None, *, function: str = "") -> str:

@@ -5,15 +5,16 @@ Protocol (version ``BOOTSTRAP_VERSION``), one request at a time:
 * Relay writes one request per line on the container's stdin: a JSON object
   ``{"id": nonce, "handler": ..., "env": {...}, "event": "<event JSON text>",
   "timeout_s": float}``.
-* The bootstrap answers with one JSON line on its private copy of stdout:
-  ``{"id": nonce, "ok": bool, "error": str}`` (preceded by a newline, which
-  ends any partial line a handler left there). Only a line carrying the
-  request's nonce is an answer; anything else on stdout is output. Before that it writes the end
-  marker ``\\x1erelay-end:<nonce>\\n`` on stderr, so Relay knows all the
-  handler's output has been forwarded.
-* The handler's stdout and stderr both go to the container's stderr stream;
-  only the bootstrap writes to the stdout stream, and a line there without the
-  request's nonce is treated as output, never as a result.
+* The handler's stdout and stderr both go to the container's stderr stream.
+* The bootstrap answers with ONE frame, written on that same stderr stream
+  right after flushing the handler's output:
+  ``\\x1erelay-end:<nonce>{"ok": bool, "error": str}\\n``. Stream order means
+  every line the handler printed reaches Relay before the answer does; the
+  nonce (which the handler never sees) means a handler cannot forge one. A
+  frame may start mid-line (after a partial line the handler left); anything
+  without the request's nonce is output, never a result.
+* Nothing of the protocol travels on the stdout stream: whatever arrives
+  there (a stray write to fd 1) is output.
 * The bootstrap exits on stdin EOF, when no request arrives within the idle
   deadline (``RELAY_IDLE_DEADLINE_S``), and kills itself when one request runs
   past its timeout plus ``RELAY_GRACE_S``: an orphaned container stops by itself.
@@ -24,13 +25,14 @@ from __future__ import annotations
 from importlib import resources
 from typing import Final
 
-BOOTSTRAP_VERSION: Final = "5"
+BOOTSTRAP_VERSION: Final = "6"
 
 _FILES: Final = {
     "python3.14": ("python_bootstrap.py", "/relay/bootstrap.py", ["python", "-u"]),
     "node24": ("node_bootstrap.mjs", "/relay/bootstrap.mjs", ["node"]),
 }
 
+# starts an answer frame; the nonce and the JSON answer follow, then a newline
 END_MARKER_PREFIX: Final = b"\x1erelay-end:"
 
 

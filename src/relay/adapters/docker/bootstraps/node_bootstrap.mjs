@@ -1,10 +1,11 @@
 // Relay's Node bootstrap: one long-lived process serving one request at a time.
 //
 // Runs as `node /relay/bootstrap.mjs` inside a warm execution container.
-// Requests arrive one per line on stdin; answers go to a separately opened
-// handle on stdout, while process.stdout.write (console.log) is pointed at
-// stderr. A stray write to fd 1 lacks the request's nonce and is treated as
-// output by Relay, never as a result.
+// Requests arrive one per line on stdin; fd 1 is reopened onto stderr and
+// process.stdout.write (console.log) goes through process.stderr. The answer is
+// one frame on stderr, queued after all the handler's output there, and carries
+// the request's nonce (never shown to the handler), so nothing the handler
+// prints can forge a result.
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -15,15 +16,24 @@ const IDLE_MS = Number(process.env.RELAY_IDLE_DEADLINE_S || '330') * 1000;
 const APP_DIR = process.env.RELAY_APP_DIR || process.cwd();
 const END_MARKER = '\x1erelay-end:';
 
-const frameFd = fs.openSync('/proc/self/fd/1', 'w');
+// fd 1 becomes a second handle on the stderr pipe (open() takes the lowest free
+// fd): raw writes to fd 1 and child processes inheriting it then share the
+// answer's stream, so they too arrive before the answer. Should that fail, they
+// stay on the stdout stream, which Relay forwards as output (without the ordering).
+try {
+  fs.closeSync(1);
+  const fd = fs.openSync('/proc/self/fd/2', 'w');
+  if (fd !== 1) fs.closeSync(fd);
+} catch {
+  try {
+    fs.openSync('/dev/null', 'w'); // keep fd 1 taken: no handler file lands on it
+  } catch {
+    // nothing more to do
+  }
+}
+
 const stderrWrite = process.stderr.write.bind(process.stderr);
 process.stdout.write = (chunk, encoding, callback) => stderrWrite(chunk, encoding, callback);
-
-function writeAll(fd, text) {
-  const data = Buffer.from(text);
-  let offset = 0;
-  while (offset < data.length) offset += fs.writeSync(fd, data, offset);
-}
 
 // Backstop deadline that works even when a handler blocks the event loop: a
 // watchdog thread kills the process once a request runs past timeout + grace.
@@ -93,7 +103,8 @@ async function serveOne(line) {
     request = JSON.parse(line);
     if (typeof request.id !== 'string' || typeof request.handler !== 'string') throw new Error('missing id or handler');
   } catch (err) {
-    writeAll(frameFd, '\n' + JSON.stringify({ id: null, ok: false, error: `bad request: ${describe(err)}` }) + '\n');
+    // no usable nonce: this can only be output (Relay's own deadline ends it)
+    process.stderr.write(`\nrelay bootstrap: bad request: ${describe(err)}\n`);
     return;
   }
   const env = { ...(request.env || {}), RELAY_HANDLER: request.handler };
@@ -120,11 +131,10 @@ async function serveOne(line) {
       else process.env[key] = old;
     }
   }
-  // through the stderr stream, after everything queued on it: a big write to a
-  // pipe can still be pending, and the marker must come after it
-  await new Promise((resolve) => process.stderr.write(`${END_MARKER}${request.id}\n`, resolve));
-  // the leading newline ends any partial line a handler left on fd 1
-  writeAll(frameFd, '\n' + JSON.stringify({ id: request.id, ok, error }) + '\n');
+  // one frame through the stderr stream, after everything queued on it (a big
+  // write to a pipe can still be pending): Relay sees all the output first
+  const answer = JSON.stringify({ ok, error });
+  await new Promise((resolve) => process.stderr.write(`${END_MARKER}${request.id}${answer}\n`, resolve));
 }
 
 process.on('unhandledRejection', (reason) => {

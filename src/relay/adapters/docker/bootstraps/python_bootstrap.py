@@ -1,10 +1,12 @@
 """Relay's Python bootstrap: one long-lived process serving one request at a time.
 
 Runs as ``python -u /relay/bootstrap.py`` inside a warm execution container.
-Requests arrive one per line on stdin; answers go to a private copy of stdout
-that the handler never holds (its fds 1 and 2 both point at stderr, fd 0 at
-/dev/null), so nothing the handler prints can forge a result. Standard library
-only: it runs on whatever Python the function image has.
+Requests arrive one per line on a private copy of stdin (the handler's fd 0 is
+/dev/null; its fds 1 and 2 both point at stderr). The answer is one frame on
+stderr, written after the handler's output is flushed, so it arrives after all
+of it; it carries the request's nonce, which the handler never sees, so nothing
+the handler prints can forge a result. Standard library only: it runs on
+whatever Python the function image has.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def _describe(exc: BaseException) -> str:
     return detail[:500]
 
 
-def _serve_one(line: bytes, frames_fd: int) -> None:
+def _serve_one(line: bytes) -> None:
     try:
         request = json.loads(line)
         nonce = str(request["id"])
@@ -81,8 +83,8 @@ def _serve_one(line: bytes, frames_fd: int) -> None:
         timeout_s = float(request.get("timeout_s") or 6)
         event_text = request["event"]
     except Exception as exc:  # noqa: BLE001 - any malformed request is a protocol error
-        frame = {"id": None, "ok": False, "error": f"bad request: {_describe(exc)}"}
-        _write_all(frames_fd, ("\n" + json.dumps(frame) + "\n").encode())
+        # no usable nonce: this can only be output (Relay's own deadline ends it)
+        _write_all(2, f"\nrelay bootstrap: bad request: {_describe(exc)}\n".encode())
         return
     env["RELAY_HANDLER"] = handler
     saved: dict[str, object] = {}
@@ -110,16 +112,15 @@ def _serve_one(line: bytes, frames_fd: int) -> None:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = str(old)
+    # after the handler's buffered output, on the same fd: stream order
     _flush_std()
-    _write_all(2, (END_MARKER + nonce + "\n").encode())
-    answer = json.dumps({"id": nonce, "ok": ok, "error": error})
-    _write_all(frames_fd, ("\n" + answer + "\n").encode())
+    answer = json.dumps({"ok": ok, "error": error})
+    _write_all(2, (END_MARKER + nonce + answer + "\n").encode())
 
 
 def main() -> None:
-    # Private, close-on-exec copies of the protocol fds; the handler's fds 0/1/2
+    # A private, close-on-exec copy of the request fd; the handler's fds 0/1/2
     # become /dev/null, stderr, stderr.
-    frames_fd = os.dup(1)
     requests_fd = os.dup(0)
     os.dup2(2, 1)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -142,7 +143,7 @@ def main() -> None:
             buffer += chunk
         line, buffer = buffer.split(b"\n", 1)
         if line.strip():
-            _serve_one(line, frames_fd)
+            _serve_one(line)
 
 
 if __name__ == "__main__":
