@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio
 import redis.exceptions
 
+from relay.adapters.redis.connection import redis_client
 from relay.adapters.redis.keys import dlq_key
 from relay.application.consumer import ConnectionHealth, ConsumerLoop, MessageBuffer, RecoveryLoop
 from relay.domain import events as ev
@@ -221,7 +222,7 @@ async def test_two_workers_on_one_message_run_the_handler_once(
 
 @pytest.mark.docker
 async def test_the_consumer_recovers_from_a_redis_restart(restartable_redis: Any) -> None:
-    client = redis.asyncio.Redis.from_url(restartable_redis.url, decode_responses=False)
+    client = redis_client(restartable_redis.url)  # the production client: reconnect retry included
     try:
         world = RedisWorld(client, "restart")
         world.function("users", USERS)
@@ -259,7 +260,7 @@ async def _try_add(world: RedisWorld) -> bool:
 
 @pytest.mark.docker
 async def test_a_frozen_redis_is_noticed_and_survived(restartable_redis: Any) -> None:
-    client = redis.asyncio.Redis.from_url(restartable_redis.url, decode_responses=False)
+    client = redis_client(restartable_redis.url)  # the production client: reconnect retry included
     try:
         world = RedisWorld(client, "paused")
         world.function("users", USERS)
