@@ -145,14 +145,8 @@ class _Collector:
 def load_settings(env: Mapping[str, str]) -> Settings:
     """Validate the environment into :class:`Settings` or raise :class:`ConfigError`."""
     c = _Collector(env)
-    uri = c.required("REDIS_URI", "host:port, redis://[user:password@]host:port or rediss://...")
-    stream = c.required("REDIS_STREAM", "the name of the stream to consume")
-    group = c.required("REDIS_GROUP", "the consumer group name")
-    redis_url = ""
-    if uri:
-        redis_url = c.parse("REDIS_URI", parse_redis_uri, "", _REDIS_URI_ACCEPTS)
     settings = Settings(
-        redis=RedisSettings(url=redis_url, stream=stream, group=group),
+        redis=_redis(c, need_stream=True, need_group=True),
         stream_retention_ns=c.parse(
             "REDIS_STREAM_RETENTION", positive_duration, None, "a positive Go duration such as 6h"
         ),
@@ -210,15 +204,24 @@ def load_paths(env: Mapping[str, str]) -> Paths:
     )
 
 
-def load_redis_settings(env: Mapping[str, str], *, need_group: bool = True) -> RedisSettings:
-    """The Redis part alone, for admin commands (``relay dlq``, ``relay trace``)."""
+def load_redis_settings(
+    env: Mapping[str, str], *, need_stream: bool = True, need_group: bool = True
+) -> RedisSettings:
+    """The Redis part alone, for admin commands (``relay dlq``, ``relay trace``,
+    ``relay health``). Variables not needed are not required."""
     c = _Collector(env)
-    uri = c.required("REDIS_URI", "host:port, redis://[user:password@]host:port or rediss://...")
-    stream = c.required("REDIS_STREAM", "the name of the stream to consume")
-    group = c.required("REDIS_GROUP", "the consumer group name") if need_group else ""
-    url = c.parse("REDIS_URI", parse_redis_uri, "", _REDIS_URI_ACCEPTS) if uri else ""
+    redis = _redis(c, need_stream=need_stream, need_group=need_group)
     if c.problems:
         raise ConfigError("\n".join(c.problems))
+    return redis
+
+
+def _redis(c: _Collector, *, need_stream: bool, need_group: bool) -> RedisSettings:
+    """``REDIS_URI`` (required, validated), and the stream and group when needed."""
+    uri = c.required("REDIS_URI", _REDIS_URI_ACCEPTS)
+    stream = c.required("REDIS_STREAM", "the name of the stream to consume") if need_stream else ""
+    group = c.required("REDIS_GROUP", "the consumer group name") if need_group else ""
+    url = c.parse("REDIS_URI", parse_redis_uri, "", _REDIS_URI_ACCEPTS) if uri else ""
     return RedisSettings(url=url, stream=stream, group=group)
 
 

@@ -6,19 +6,16 @@ from collections.abc import Mapping
 
 from relay.adapters.docker.connection import connect_docker
 from relay.adapters.redis.connection import connect_redis
-from relay.domain.errors import RelayError
-from relay.entrypoints.config import parse_redis_uri
+from relay.domain.errors import ConfigError, RelayError
+from relay.entrypoints.config import load_redis_settings
 
 
 async def check_health(env: Mapping[str, str]) -> str | None:
     """Return ``None`` when healthy, else the first failing check as one line."""
-    uri = env.get("REDIS_URI", "").strip()
-    if not uri:
-        return "REDIS_URI is required: host:port, redis://[user:password@]host:port or rediss://..."
     try:
-        url = parse_redis_uri(uri)
-    except ValueError:
-        return f"REDIS_URI={uri!r} is invalid: host:port, redis://... or rediss://..."
+        url = load_redis_settings(env, need_stream=False, need_group=False).url
+    except ConfigError as exc:
+        return str(exc)
     try:
         client = await connect_redis(url)
     except RelayError as exc:
