@@ -43,7 +43,3 @@ class BuildError(RelayError):
     def __init__(self, message: str, output: str = "") -> None:
         self.output = output
         super().__init__(message)
-
-
-class NotAvailableYet(RelayError):
-    """A command exists in the tree but is not implemented in this version."""
