@@ -122,7 +122,7 @@ async def test_sustained_calls_pass_the_sender_role_on_and_all_succeed(
         await bytes_redis.xadd(stream.stream, {"event": b"{}"})
     messages = await stream.read(50, 10)
     ledger = RedisInvocationLedger(bytes_redis)
-    ledger._batcher._timeout_s = 1.0  # shorter than the load below lasts
+    ledger._channel._timeout_s = 1.0  # shorter than the load below lasts
     failures: list[BaseException] = []
     calls = 0
     stop_at = anyio.current_time() + 2.5
