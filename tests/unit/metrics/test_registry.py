@@ -173,6 +173,13 @@ def test_function_removal_deletes_series_and_tombstones() -> None:
     assert m.registry.get_sample_value(
         "runtime_container_acquires_total", {"function": "fn", "outcome": "cold"}
     ) == 1
+    # Series used before the removal come back fresh (no cached child of the old one).
+    m.invocation_finished("fn", "a.h", ok=True, duration_s=0.1)
+    m.event_classified(matched=True, functions=["fn"])
+    assert m.registry.get_sample_value(
+        "handler_invocations_total", {"outcome": "success", "function": "fn", "handler": "a.h"}
+    ) == 1
+    assert m.registry.get_sample_value("function_events_matched_total", {"function": "fn"}) == 1
 
 
 def test_parse_listen_addr() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -48,6 +49,10 @@ class Metrics:
         self._lock = threading.Lock()  # guards tombstones, restored baselines, Last*
         self._last: dict[str, dict[str, float]] = {}  # function -> Last* key -> epoch s
         self._removed: set[str] = set()
+        # Labelled children by (metric, label values): ``labels()`` takes a lock and
+        # builds a key on every call, several times per handled event. Dropped with
+        # the function's series, so a re-added function gets fresh children.
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._restored_discards: dict[str, int] = {}
         self._globals = {key: Counter(key, _HELP[key], registry=r) for key in GLOBAL_COUNTERS}
         self._per_function = {
@@ -117,7 +122,7 @@ class Metrics:
             return
         self._globals["events_matched"].inc()
         for function in set(functions):
-            self._per_function["events_matched"].labels(function).inc()
+            self._child(self._per_function["events_matched"], function).inc()
             self._stamp(function, "last_matched_at")
 
     def invocation_finished(
@@ -126,11 +131,18 @@ class Metrics:
         key = "handler_success" if ok else "handler_failure"
         outcome = OUTCOME_SUCCESS if ok else OUTCOME_FAILURE
         self._globals[key].inc()
-        self._per_function[key].labels(function).inc()
-        self.handler_invocations.labels(outcome, function, handler).inc()
+        self._child(self._per_function[key], function).inc()
+        self._child(self.handler_invocations, outcome, function, handler).inc()
         if duration_s is not None:
-            self.handler_duration.labels(function, handler).observe(duration_s)
+            self._child(self.handler_duration, function, handler).observe(duration_s)
         self._stamp(function, "last_success_at" if ok else "last_failure_at")
+
+    def _child(self, metric: MetricWrapperBase, *values: str) -> Any:
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def handler_invoked(
         self, function: str, handler: str, *, ok: bool, duration_s: float
@@ -191,8 +203,8 @@ class Metrics:
         with self._lock:
             if function in self._removed:
                 return
-            self.acquires.labels(function, outcome).inc()
-            self.acquire_duration.labels(function).observe(wait_s)
+            self._child(self.acquires, function, outcome).inc()
+            self._child(self.acquire_duration, function).observe(wait_s)
 
     def container_discarded(self, function: str, reason: str) -> None:
         with self._lock:
@@ -224,6 +236,7 @@ class Metrics:
             for metric in by_function:
                 _remove_matching(metric, function, position=0)
             _remove_matching(self.handler_invocations, function, position=1)
+            self._children.clear()
 
     # --- persistence ---------------------------------------------------------------
     def snapshot(self) -> StatsSnapshot:
