@@ -19,9 +19,9 @@ script prints:
   duplicate DLQ entries (want equal, and 0);
 * pending at the end (want 0).
 
-Settling takes minutes: a failed attempt waits out its 1 m backoff, and the
-recovery loop hands back at most MAX_BUFFERED_EVENTS (16) idle messages per
-worker per minute, so about 500 failures need some 15 minutes with two workers.
+Settling takes a few minutes: a failed attempt waits out its 1 m backoff and
+runs again at the next recovery pass (each worker makes one a minute, over its
+whole pending list), and a killed worker's claims wait out their deadlines.
 """
 
 from __future__ import annotations
