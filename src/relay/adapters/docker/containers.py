@@ -111,10 +111,6 @@ def container_config(spec: ContainerSpec) -> dict[str, Any]:
             # a tiny init as PID 1: reaps handler subprocesses and lets the
             # bootstrap's watchdog kill the bootstrap (PID 1 ignores SIGKILL).
             "Init": True,
-            # Relay forwards every output line itself; the engine's default
-            # json-file log would copy each one (and each answer frame) to disk,
-            # unrotated, for as long as the warm container lives.
-            "LogConfig": {"Type": "none", "Config": {}},
         },
     }
     if spec.networks:
