@@ -144,7 +144,9 @@ class DockerImageBuilder:
         async with self._lock(tag):
             existing = await self._inspect(tag)
             if existing is not None and labels_of(existing).get("relay.build") == plan.recipe:
-                log.info("function_image_reused", function=function, image=tag)
+                # DEBUG: every periodic full pass gets here for every function;
+                # a change worth reading is logged once as function_prepared.
+                log.debug("function_image_reused", function=function, image=tag)
                 return plan.image
             pins = [normal(tag), normal(dep_tag)]
             self._in_flight.pinned.update(pins)
