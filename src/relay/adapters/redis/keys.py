@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import quote
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from relay.domain.errors import DependencyUnavailable
 
@@ -37,7 +37,5 @@ def translated(what: str) -> Iterator[None]:
     """Driver errors as :class:`DependencyUnavailable` (one line, cause kept)."""
     try:
         yield
-    except NoScriptError:
-        raise
     except (RedisError, OSError) as exc:
         raise DependencyUnavailable(f"redis {what} failed: {exc}") from exc

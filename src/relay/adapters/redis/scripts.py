@@ -52,13 +52,14 @@ class LuaScript:
         self.name = name
         self.source = source
         self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
+        self._sha = self.sha.encode()
         self._load = _command(b"SCRIPT", b"LOAD", source.encode())
 
     def evalsha(self, keys: Sequence[str], args: Sequence[str]) -> bytes:
         """The packed ``EVALSHA`` command."""
         return _command(
             b"EVALSHA",
-            self.sha.encode(),
+            self._sha,
             b"%d" % len(keys),
             *(k.encode() for k in keys),
             *(a.encode() for a in args),
