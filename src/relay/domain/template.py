@@ -31,40 +31,34 @@ TOP_LEVEL_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secre
 ServiceKind = Literal["entrypoint", "build", "image"]
 
 
-class EventRule(msgspec.Struct, frozen=True, kw_only=True):
+class HandlerRule(msgspec.Struct, frozen=True, kw_only=True):
+    """What event and schedule rules share: the ``module.function`` they run."""
+
+    handler: str
+    timeout_ns: int = DEFAULT_TIMEOUT_NS
+    retries: int = DEFAULT_RETRIES
+
+    @property
+    def module(self) -> str:
+        return self.handler.rpartition(".")[0]
+
+    @property
+    def function(self) -> str:
+        return self.handler.rpartition(".")[2]
+
+
+class EventRule(HandlerRule, frozen=True, kw_only=True):
     """One ``events`` entry: run ``handler`` for events matching ``pattern``."""
 
-    handler: str
     pattern: CompiledPattern
-    timeout_ns: int = DEFAULT_TIMEOUT_NS
-    retries: int = DEFAULT_RETRIES
     raw_pattern: dict[str, Any] = msgspec.field(default_factory=dict)
 
-    @property
-    def module(self) -> str:
-        return self.handler.rpartition(".")[0]
 
-    @property
-    def function(self) -> str:
-        return self.handler.rpartition(".")[2]
-
-
-class ScheduleRule(msgspec.Struct, frozen=True, kw_only=True):
+class ScheduleRule(HandlerRule, frozen=True, kw_only=True):
     """One ``schedules`` entry: run ``handler`` at every ``cron`` occurrence in ``timezone``."""
 
-    handler: str
     cron: str
     timezone: str = "UTC"
-    timeout_ns: int = DEFAULT_TIMEOUT_NS
-    retries: int = DEFAULT_RETRIES
-
-    @property
-    def module(self) -> str:
-        return self.handler.rpartition(".")[0]
-
-    @property
-    def function(self) -> str:
-        return self.handler.rpartition(".")[2]
 
     @property
     def has_seconds(self) -> bool:
