@@ -355,6 +355,47 @@ def start_worker(
     return Worker(proc, log_path)
 
 
+def start_noop_worker(
+    *, url: str, stream: str, group: str, root: Path, function: str, name: str, concurrency: int
+) -> Worker:
+    """``relay start`` on one no-op Python function with MAX_CONCURRENCY =
+    ``concurrency`` (so that many warm containers), LOG_LEVEL=WARN."""
+    functions = write_function(
+        root / "functions",
+        function,
+        NOOP_TEMPLATE.format(concurrency=concurrency),
+        {"noop.py": NOOP_HANDLER},
+    )
+    return start_worker(
+        url=url,
+        stream=stream,
+        group=group,
+        functions=functions,
+        workdir=root,
+        name=name,
+        extra_env={"MAX_CONCURRENCY": str(concurrency)},
+    )
+
+
+async def warm_up(client: Redis, stream: str, group: str, worker: Worker, limit_s: float) -> None:
+    """Send small bursts until one is fully acknowledged (the image is built and
+    the containers are warm), then a larger one so every container has served."""
+    alive = worker.alive
+    deadline = time.monotonic() + limit_s
+    while True:
+        if not alive():
+            raise SystemExit("bench: the relay worker exited during start-up")
+        try:
+            last = await add_burst(client, stream, 8, first_seq=0)
+            await wait_acked(client, stream, group, last, 15, alive=alive)
+            break
+        except SystemExit:
+            if time.monotonic() > deadline:
+                raise
+    last = await add_burst(client, stream, 400, first_seq=0)
+    await wait_acked(client, stream, group, last, 120, alive=alive)
+
+
 def remove_function_images(function: str) -> None:
     """Images Relay built for this benchmark's uniquely named function."""
     listed = subprocess.run(

@@ -38,19 +38,17 @@ from redis.asyncio import Redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _redisbench import (
-    NOOP_HANDLER,
-    NOOP_TEMPLATE,
     add_burst,
     command_counts,
     delta,
     paced_latency,
     percentile,
     remove_function_images,
-    start_worker,
+    start_noop_worker,
     throwaway_redis,
     wait_acked,
+    warm_up,
     workdir,
-    write_function,
 )
 from warm import build_image, warm
 
@@ -109,34 +107,18 @@ async def run(args: argparse.Namespace, url: str) -> None:
     stream, group = f"bench-prof-{suffix}", "relay-prof"
     client = Redis.from_url(url, decode_responses=True)
     with workdir() as root:
-        functions = write_function(
-            root / "functions",
-            function,
-            NOOP_TEMPLATE.format(concurrency=args.concurrency),
-            {"noop.py": NOOP_HANDLER},
-        )
-        worker = start_worker(
+        worker = start_noop_worker(
             url=url,
             stream=stream,
             group=group,
-            functions=functions,
-            workdir=root,
+            root=root,
+            function=function,
             name="prof-worker",
-            extra_env={"MAX_CONCURRENCY": str(args.concurrency)},
+            concurrency=args.concurrency,
         )
         try:
             print(f"starting the worker (pid {worker.proc.pid}) and building {function}")
-            deadline = time.monotonic() + args.build_timeout
-            while True:
-                try:
-                    last = await add_burst(client, stream, 8)
-                    await wait_acked(client, stream, group, last, 15, worker.alive)
-                    break
-                except SystemExit:
-                    if time.monotonic() > deadline or not worker.alive():
-                        raise
-            last = await add_burst(client, stream, 400)
-            await wait_acked(client, stream, group, last, 120, worker.alive)
+            await warm_up(client, stream, group, worker, args.build_timeout)
             for round_no in range(1, args.rounds + 1):
                 spy = None
                 if args.py_spy and round_no == args.rounds:

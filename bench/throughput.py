@@ -38,21 +38,18 @@ from redis.asyncio import Redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _redisbench import (
-    NOOP_HANDLER,
-    NOOP_TEMPLATE,
     LatencyRun,
-    Worker,
     add_burst,
     command_counts,
     delta,
     paced_latency,
     percentile,
     remove_function_images,
-    start_worker,
+    start_noop_worker,
     throwaway_redis,
     wait_acked,
+    warm_up,
     workdir,
-    write_function,
 )
 
 BATCH = 16
@@ -130,20 +127,14 @@ async def relay_phase(url: str, events: int, latency_events: int, build_timeout:
     stream, group = f"bench-relay-{suffix}", "relay-bench"
     client = Redis.from_url(url, decode_responses=True)
     with workdir() as root:
-        functions = write_function(
-            root / "functions",
-            function,
-            NOOP_TEMPLATE.format(concurrency=4),
-            {"noop.py": NOOP_HANDLER},
-        )
-        worker = start_worker(
+        worker = start_noop_worker(
             url=url,
             stream=stream,
             group=group,
-            functions=functions,
-            workdir=root,
+            root=root,
+            function=function,
             name="bench-worker",
-            extra_env={"MAX_CONCURRENCY": "4"},
+            concurrency=4,
         )
         try:
             print(f"relay: starting the worker and building {function} (first build is slow)")
@@ -167,25 +158,6 @@ async def relay_phase(url: str, events: int, latency_events: int, build_timeout:
             await client.delete(stream, f"relay:{stream}:dlq")
             await client.aclose()
     return result
-
-
-async def warm_up(client: Redis, stream: str, group: str, worker: Worker, limit_s: float) -> None:
-    """Send small bursts until one is fully acknowledged (the image is built and
-    four containers are warm), then a larger one so every container has served."""
-    alive = worker.alive
-    deadline = time.monotonic() + limit_s
-    while True:
-        if not alive():
-            raise SystemExit("bench: the relay worker exited during start-up")
-        try:
-            last = await add_burst(client, stream, 8, first_seq=0)
-            await wait_acked(client, stream, group, last, 15, alive=alive)
-            break
-        except SystemExit:
-            if time.monotonic() > deadline:
-                raise
-    last = await add_burst(client, stream, 400, first_seq=0)
-    await wait_acked(client, stream, group, last, 120, alive=alive)
 
 
 # --- report ---------------------------------------------------------------------------------
