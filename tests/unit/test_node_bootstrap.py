@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
 from relay.adapters.docker.bootstraps import bootstrap_source
+from tests.unit.bootstrap_driver import BootstrapProcess, write_app
 
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="no node on this host's PATH")
@@ -53,65 +51,18 @@ export function forge() {
 }
 
 
-def read_answer(stderr: IO[bytes], nonce: str) -> tuple[dict[str, object], str]:
-    """Read stderr up to the one answer frame; the answer and the output before it."""
-    marker = b"\x1erelay-end:" + nonce.encode()
-    data = b""
-    while marker not in data or not data.endswith(b"\n"):
-        data += stderr.read1(65536)  # type: ignore[attr-defined]
-    output, _, frame = data.partition(marker)
-    answer = json.loads(frame)
-    assert isinstance(answer, dict)
-    return {"id": nonce, **answer}, output.decode()
-
-
-class NodeBootstrap:
+class NodeBootstrap(BootstrapProcess):
     def __init__(self, app: Path, **env: str) -> None:
         _, source = bootstrap_source("node24")
         script = app.parent / "bootstrap.mjs"
         script.write_bytes(source)
         assert NODE is not None
-        self.process = subprocess.Popen(
-            [NODE, str(script)],
-            cwd=app,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, **env},
-        )
-        self.count = 0
-        self.stdout = b""
-
-    def call(self, handler: str, event: object = None, **env: str) -> tuple[dict[str, object], str]:
-        assert self.process.stdin
-        assert self.process.stdout
-        assert self.process.stderr
-        self.count += 1
-        nonce = f"nonce{self.count}"
-        request = {"id": nonce, "handler": handler, "env": env, "event": json.dumps(event or {})}
-        self.process.stdin.write(json.dumps(request).encode() + b"\n")
-        self.process.stdin.flush()
-        return read_answer(self.process.stderr, nonce)
-
-    def close(self) -> int:
-        assert self.process.stdin
-        self.process.stdin.close()
-        code = self.process.wait(timeout=10)
-        if self.process.stdout and not self.process.stdout.closed:
-            self.stdout += self.process.stdout.read()
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream:
-                stream.close()
-        return code
+        super().__init__([NODE, str(script)], app, env=env)
 
 
 @pytest.fixture
 def boot(tmp_path: Path) -> Iterator[NodeBootstrap]:
-    root = tmp_path / "app"
-    for name, text in APP.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    bootstrap = NodeBootstrap(root, KEPT="original")
+    bootstrap = NodeBootstrap(write_app(tmp_path / "app", APP), KEPT="original")
     yield bootstrap
     bootstrap.close()
 

@@ -4,17 +4,15 @@ handler kinds, and its own deadlines."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
 from relay.adapters.docker.bootstraps import bootstrap_command, bootstrap_source
+from tests.unit.bootstrap_driver import BootstrapProcess, write_app
 
 APP = {
     "mod.py": """
@@ -52,69 +50,18 @@ def sleep(event):
 }
 
 
-def read_answer(stderr: IO[bytes], nonce: str) -> tuple[dict[str, object], str]:
-    """Read stderr up to the one answer frame; the answer and the output before it."""
-    marker = b"\x1erelay-end:" + nonce.encode()
-    data = b""
-    while marker not in data or not data.endswith(b"\n"):
-        data += stderr.read1(65536)  # type: ignore[attr-defined]
-    output, _, frame = data.partition(marker)
-    answer = json.loads(frame)
-    assert isinstance(answer, dict)
-    return {"id": nonce, **answer}, output.decode()
-
-
-class Bootstrap:
+class Bootstrap(BootstrapProcess):
     def __init__(self, app: Path, **env: str) -> None:
         _, source = bootstrap_source("python3.14")
         script = app.parent / "bootstrap.py"
         script.write_bytes(source)
         argv = [sys.executable, *bootstrap_command("python3.14")[1:-1], str(script)]
-        self.process = subprocess.Popen(
-            argv,
-            cwd=app,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, **env},
-        )
-        self.count = 0
-
-    def call(self, handler: str, event: object = None, **env: str) -> tuple[dict[str, object], str]:
-        """Send one request; the answer frame and the stderr up to the end marker."""
-        assert self.process.stdin
-        assert self.process.stdout
-        assert self.process.stderr
-        self.count += 1
-        nonce = f"nonce{self.count}"
-        request = {
-            "id": nonce,
-            "handler": handler,
-            "env": env,
-            "event": json.dumps(event or {}),
-            "timeout_s": 5,
-        }
-        self.process.stdin.write(json.dumps(request).encode() + b"\n")
-        self.process.stdin.flush()
-        return read_answer(self.process.stderr, nonce)
-
-    def close(self) -> int:
-        if self.process.stdin:
-            self.process.stdin.close()
-        code = self.process.wait(timeout=10)
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream:
-                stream.close()
-        return code
+        super().__init__(argv, app, timeout_s=5, env=env)
 
 
 @pytest.fixture
 def app(tmp_path: Path) -> Path:
-    root = tmp_path / "app"
-    for name, text in APP.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
+    return write_app(tmp_path / "app", APP)
 
 
 @pytest.fixture

@@ -1,0 +1,93 @@
+"""Drive an in-container bootstrap (Python or Node) as a plain host subprocess.
+
+Speaks the request/answer protocol of ``relay.adapters.docker.bootstraps``: one
+JSON request per line on stdin, the handler's output then one nonce-framed
+answer on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+
+def write_app(root: Path, files: Mapping[str, str]) -> Path:
+    """The function's files under ``root`` (subdirectories created)."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def read_answer(stderr: IO[bytes], nonce: str) -> tuple[dict[str, object], str]:
+    """Read stderr up to the one answer frame; the answer and the output before it."""
+    marker = b"\x1erelay-end:" + nonce.encode()
+    data = b""
+    while marker not in data or not data.endswith(b"\n"):
+        data += stderr.read1(65536)  # type: ignore[attr-defined]
+    output, _, frame = data.partition(marker)
+    answer = json.loads(frame)
+    assert isinstance(answer, dict)
+    return {"id": nonce, **answer}, output.decode()
+
+
+class BootstrapProcess:
+    """One bootstrap process serving requests for the app in ``cwd``.
+
+    ``timeout_s``, when given, goes into every request (else the bootstrap's own
+    default applies). ``stdout`` holds what the process wrote to fd 1 by ``close``.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+        )
+        self.timeout_s = timeout_s
+        self.count = 0
+        self.stdout = b""
+
+    def call(self, handler: str, event: object = None, **env: str) -> tuple[dict[str, object], str]:
+        """Send one request; the answer frame and the stderr up to the end marker."""
+        assert self.process.stdin
+        assert self.process.stdout
+        assert self.process.stderr
+        self.count += 1
+        nonce = f"nonce{self.count}"
+        request: dict[str, object] = {
+            "id": nonce,
+            "handler": handler,
+            "env": env,
+            "event": json.dumps(event or {}),
+        }
+        if self.timeout_s is not None:
+            request["timeout_s"] = self.timeout_s
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+        self.process.stdin.flush()
+        return read_answer(self.process.stderr, nonce)
+
+    def close(self) -> int:
+        if self.process.stdin:
+            self.process.stdin.close()
+        code = self.process.wait(timeout=10)
+        if self.process.stdout and not self.process.stdout.closed:
+            self.stdout += self.process.stdout.read()
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream:
+                stream.close()
+        return code
