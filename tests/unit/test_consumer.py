@@ -61,6 +61,46 @@ async def test_the_buffer_bounds_what_is_read() -> None:
     assert buffer.occupancy == 0
 
 
+class GatedDispatch:
+    """Holds each message until that message is released."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.gates: dict[str, anyio.Event] = {}
+
+    async def __call__(self, message: StreamMessage) -> None:
+        self.seen.append(message.id)
+        gate = self.gates[message.id] = anyio.Event()
+        await gate.wait()
+
+    def release(self, count: int) -> None:
+        waiting = [i for i in self.seen if not self.gates[i].is_set()]
+        for message_id in waiting[:count]:
+            self.gates[message_id].set()
+
+
+async def test_a_busy_worker_reads_again_once_half_the_buffer_is_free() -> None:
+    clock = FakeClock()
+    stream = InMemoryEventStream(clock)
+    for i in range(20):
+        stream.add(b'{"n": %d}' % i)
+    buffer = MessageBuffer(8)
+    dispatch = GatedDispatch()
+    loop = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
+    async with anyio.create_task_group() as tg:
+        await tg.start(loop.run)
+        await wait_for(lambda: len(dispatch.seen) == 8)  # an idle worker fills up at once
+        dispatch.release(3)
+        await wait_for(lambda: buffer.occupancy == 5)
+        await anyio.sleep(0.02)  # a sustained window: 3 free places are not enough
+        assert len(dispatch.seen) == 8
+        dispatch.release(1)
+        await wait_for(lambda: len(dispatch.seen) == 12)  # half free: one read of 4
+        await anyio.sleep(0.02)
+        assert len(dispatch.seen) == 12
+        tg.cancel_scope.cancel()
+
+
 async def test_reads_recover_after_an_outage_with_one_line_each_way() -> None:
     clock = FakeClock()
     stream = InMemoryEventStream(clock)
