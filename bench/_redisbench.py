@@ -1,5 +1,6 @@
 """Shared pieces of the stream benchmarks: a throwaway Redis, a throwaway
-``relay start`` worker, command-count deltas and XADD->XACK latency via MONITOR.
+``relay start`` worker, command-count deltas, XADD->XACK latency (without
+MONITOR) and round trips per event (with it).
 
 Not a test helper: benchmarks print figures and ratios measured side by side in
 one run; nothing here asserts on time.
@@ -17,11 +18,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import redis as redis_sync
@@ -200,40 +203,132 @@ class LatencyRun:
     events: int = 0
 
 
-async def paced_latency(
+async def paced_adds(url: str, stream: str, rate: float, count: int) -> dict[str, float]:
+    """XADD ``count`` events at ``rate``/s, one at a time; entry id -> the
+    ``time.monotonic()`` just before its XADD was sent (CLOCK_MONOTONIC is one
+    clock for every process on the machine, so other processes can stamp the end)."""
+    producer = Redis.from_url(url, decode_responses=True)
+    sent: dict[str, float] = {}
+    try:
+        start = time.monotonic()
+        for seq in range(count):
+            due = start + seq / rate
+            now = time.monotonic()
+            if due > now:
+                await anyio.sleep(due - now)
+            stamp = time.monotonic()
+            entry_id = await producer.xadd(stream, {"seq": str(seq), "event": '{"kind":"bench"}'})
+            sent[entry_id] = stamp
+    finally:
+        await producer.aclose()
+    return sent
+
+
+def latencies(sent: dict[str, float], acked: dict[str, float]) -> list[float]:
+    """Milliseconds from each XADD to its acknowledgment, where both are known."""
+    return [(acked[i] - t) * 1000 for i, t in sent.items() if i in acked]
+
+
+class SettleProbe:
+    """When each of Relay's messages was settled, without MONITOR.
+
+    The script that XACKs a message also gives its ledger hash a TTL, in the same
+    atomic step, and Redis publishes that ``EXPIRE`` as a key-event notification
+    (``notify-keyspace-events Eg``). A thread subscribed to it stamps each one
+    with ``time.monotonic()`` on arrival: the moment a client can learn of the
+    acknowledgment. It costs Redis one small publish per message where MONITOR
+    costs a formatted line per command (about ten per handled event).
+    """
+
+    def __init__(self, url: str, stream: str, group: str) -> None:
+        self._client = redis_sync.Redis.from_url(url)
+        self._prefix = f"relay:invocation:{quote(stream, safe='')}:{quote(group, safe='')}:"
+        self.acked: dict[str, float] = {}
+        self._seen = threading.Condition()
+        self._pubsub: Any = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def __enter__(self) -> SettleProbe:
+        db = self._client.connection_pool.connection_kwargs.get("db", 0)
+        reply = self._client.config_get("notify-keyspace-events")
+        self._previous = next(iter(reply.values()), b"")
+        self._client.config_set("notify-keyspace-events", "Eg")
+        self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        self._pubsub.subscribe(f"__keyevent@{db}__:expire")
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._thread.start()
+        return self
+
+    def _listen(self) -> None:
+        prefix = self._prefix.encode()
+        while not self._stop.is_set():
+            message = self._pubsub.get_message(timeout=0.2)
+            if message is None:
+                continue
+            stamp = time.monotonic()
+            key = message["data"]
+            if isinstance(key, bytes) and key.startswith(prefix):
+                with self._seen:
+                    self.acked.setdefault(key[len(prefix) :].decode(), stamp)
+                    self._seen.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float) -> None:
+        """Block until ``count`` settlements were seen or ``timeout_s`` passed."""
+        with self._seen:
+            self._seen.wait_for(lambda: len(self.acked) >= count, timeout_s)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._pubsub.close()
+        self._client.config_set("notify-keyspace-events", self._previous)
+        self._client.close()
+
+
+async def settle_latency(
+    url: str, stream: str, group: str, rate: float, count: int, limit_s: float = 300.0
+) -> LatencyRun:
+    """Relay's XADD->XACK latency at ``rate``/s, measured with :class:`SettleProbe`."""
+    client = Redis.from_url(url, decode_responses=True)
+    try:
+        with SettleProbe(url, stream, group) as probe:
+            sent = await paced_adds(url, stream, rate, count)
+            await wait_acked(client, stream, group, list(sent)[-1], limit_s)
+            # the last notifications are on their way
+            await anyio.to_thread.run_sync(probe.wait_for, len(sent), 5.0)
+    finally:
+        await client.aclose()
+    return LatencyRun(latencies_ms=latencies(sent, probe.acked), events=count)
+
+
+async def monitored_round_trips(
     url: str, stream: str, group: str, rate: float, count: int, limit_s: float = 300.0
 ) -> LatencyRun:
     """XADD ``count`` events at ``rate``/s while ``redis-cli monitor`` (C, writing to a
-    file, so parsing costs nothing during the run) records the server-side time of
-    each XADD and of the XACK of its id; also counts the consumer's top-level
-    commands (round trips) and the commands its Lua scripts ran."""
+    file, so parsing costs nothing during the run) records every command: counts
+    the consumer's top-level commands (round trips; pipelined ones count one each)
+    and the commands its Lua scripts ran. MONITOR slows Redis down, so no latency
+    is taken from this run."""
     cli = shutil.which("redis-cli")
     if cli is None:
-        raise SystemExit("bench: redis-cli is needed for the latency phase")
+        raise SystemExit("bench: redis-cli is needed to count round trips")
     host_port = url.removeprefix("redis://").split("/")[0]
     host, port = host_port.rsplit(":", 1)
-    producer = Redis.from_url(url, decode_responses=True)
-    ids: dict[str, str] = {}  # seq -> id
+    client = Redis.from_url(url, decode_responses=True)
     with tempfile.NamedTemporaryFile(prefix="relay-bench-monitor-", suffix=".log") as log:
         monitor = _start_monitor([cli, "-h", host, "-p", port, "monitor"], log)
         try:
             await anyio.sleep(0.3)  # MONITOR is attached
-            start = time.monotonic()
-            last = ""
-            for seq in range(count):
-                due = start + seq / rate
-                now = time.monotonic()
-                if due > now:
-                    await anyio.sleep(due - now)
-                last = await producer.xadd(stream, {"seq": str(seq), "event": '{"kind":"bench"}'})
-                ids[str(seq)] = last
-            await wait_acked(producer, stream, group, last, limit_s)
+            sent = await paced_adds(url, stream, rate, count)
+            await wait_acked(client, stream, group, list(sent)[-1], limit_s)
             await anyio.sleep(0.3)  # the last lines reach the file
         finally:
             monitor.terminate()
             monitor.wait(timeout=10)
-            await producer.aclose()
-        return _parse_monitor(Path(log.name), ids)
+            await client.aclose()
+        return _count_monitor(Path(log.name), count)
 
 
 def _start_monitor(argv: list[str], log: Any) -> subprocess.Popen[bytes]:
@@ -243,12 +338,10 @@ def _start_monitor(argv: list[str], log: Any) -> subprocess.Popen[bytes]:
 _QUOTED = re.compile(rb'"((?:[^"\\]|\\.)*)"')
 
 
-def _parse_monitor(path: Path, ids: dict[str, str]) -> LatencyRun:
-    run = LatencyRun(events=len(ids))
-    added: dict[str, float] = {}  # seq -> server time of XADD
-    acked: dict[str, float] = {}  # id -> server time of XACK
+def _count_monitor(path: Path, events: int) -> LatencyRun:
+    run = LatencyRun(events=events)
     for line in path.read_bytes().splitlines():
-        stamp, _, rest = line.partition(b" [")
+        _stamp, _, rest = line.partition(b" [")
         client, _, command = rest.partition(b"] ")
         tokens = _QUOTED.findall(command)
         if not tokens:
@@ -258,14 +351,6 @@ def _parse_monitor(path: Path, ids: dict[str, str]) -> LatencyRun:
             run.commands_in_scripts += 1
         elif name not in BENCH_COMMANDS:
             run.round_trips += 1
-        if name == "xadd" and b"seq" in tokens:
-            added[tokens[tokens.index(b"seq") + 1].decode()] = float(stamp.lstrip(b"+"))
-        elif name == "xack":
-            for entry_id in tokens[3:]:
-                acked[entry_id.decode()] = float(stamp.lstrip(b"+"))
-    for seq, entry_id in ids.items():
-        if seq in added and entry_id in acked:
-            run.latencies_ms.append((acked[entry_id] - added[seq]) * 1000)
     return run
 
 

@@ -41,9 +41,9 @@ from _redisbench import (
     add_burst,
     command_counts,
     delta,
-    paced_latency,
     percentile,
     remove_function_images,
+    settle_latency,
     start_noop_worker,
     throwaway_redis,
     wait_acked,
@@ -150,13 +150,12 @@ async def run(args: argparse.Namespace, url: str) -> None:
                 if spy is not None:
                     finish_py_spy(spy, args)
             for rate in args.latency_rates:
-                run_ = await paced_latency(url, stream, group, rate=rate, count=args.latency_events)
+                run_ = await settle_latency(url, stream, group, rate, args.latency_events)
                 lat = run_.latencies_ms
                 if lat:
                     print(
                         f"\nXADD->XACK at {rate:.0f} events/s: p50 {percentile(lat, 0.5):.2f} ms, "
-                        f"p99 {percentile(lat, 0.99):.2f} ms ({len(lat)} events; "
-                        f"{run_.round_trips / run_.events:.2f} round trips/event)"
+                        f"p99 {percentile(lat, 0.99):.2f} ms ({len(lat)} events)"
                     )
         except BaseException:
             print("--- worker log (tail) ---")
@@ -258,7 +257,7 @@ def main() -> None:
         type=float,
         nargs="*",
         default=[],
-        help="after the bursts, XADD->XACK p50/p99 at each of these paced rates (MONITOR)",
+        help="after the bursts, XADD->XACK p50/p99 at each of these paced rates",
     )
     parser.add_argument("--latency-events", type=int, default=1000)
     parser.add_argument("--redis-url", default=None)

@@ -8,24 +8,40 @@ redis-server; removed afterwards) it measures:
 
 (a) the baselines, no Relay at all: one consumer process doing XREADGROUP
     (COUNT 16) then one XACK per message, and the same with one XACK per batch;
-(b) Relay end to end: the real ``relay start`` with a no-op Python handler and
+(b) the adapters alone (``bench/_floor.py``): per event the same Redis and
+    Docker calls as Relay (batched XREADGROUP, the ledger's begin and finish
+    scripts, one request to one of four warm containers) through Relay's own
+    adapters, with no dispatcher, bus, metrics or slots: the ceiling for (c);
+(c) Relay end to end: the real ``relay start`` with a no-op Python handler and
     MAX_CONCURRENCY=4 (so four warm containers), after a warm-up.
 
 For both: events/s from the first XADD of a burst of N until everything is
 acknowledged; Redis commands per handled event from ``INFO commandstats`` deltas
 (commands run inside Lua scripts included, the benchmark's own XADD/INFO/XINFO
-excluded); then, at half that rate, p50/p99 from XADD to XACK and the top-level
-commands per event (round trips, pipelined commands counted one each), both from
-MONITOR's server-side timestamps. Targets for (b) on the 2-core machine: >= 3,000
-events/s, <= 3 round trips per event, p99 < 5 ms. Figures vary per machine:
-read the ratio to (a).
+excluded); then, at half that rate:
+
+- p50/p99 from XADD to XACK without MONITOR (which taxes Redis per command,
+  about ten per handled event for Relay against one for the raw loop): from just
+  before each XADD is sent to the moment a client learns of its acknowledgment.
+  The raw consumer stamps its own XACK replies; for Relay a thread subscribed to
+  the key-event notification of the ledger hash's TTL, which the script that
+  XACKs sets in the same atomic step, stamps its arrival (one CLOCK_MONOTONIC);
+- in a separate, shorter paced run under MONITOR, the top-level commands per
+  event (round trips; pipelined commands count one each).
+
+Targets for (b) on the 2-core machine: >= 3,000 events/s, <= 3 round trips per
+event, p99 < 5 ms. Figures vary per machine: read the ratios to (a) and
+the distance between (b) and (c), which is what Relay's own Python costs.
 """
 
 from __future__ import annotations
 
 import argparse
 import secrets
+import shutil
+import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,17 +58,23 @@ from _redisbench import (
     add_burst,
     command_counts,
     delta,
-    paced_latency,
+    latencies,
+    monitored_round_trips,
+    paced_adds,
     percentile,
     remove_function_images,
+    settle_latency,
     start_noop_worker,
     throwaway_redis,
     wait_acked,
     warm_up,
     workdir,
 )
+from warm import build_image
 
+HERE = Path(__file__).resolve().parent
 BATCH = 16
+MONITORED_EVENTS = 1_000  # the round-trip count's own paced run, under MONITOR
 
 
 @dataclass
@@ -75,27 +97,40 @@ class Result:
 # --- (a) the raw loop ------------------------------------------------------------------
 
 
-def raw_consumer(url: str, stream: str, group: str, mode: str) -> None:
+def raw_consumer(url: str, stream: str, group: str, mode: str, times: str) -> None:
     """The baseline consumer, run in its own process (as Relay is): XREADGROUP a
-    batch, then one XACK per message (``each``) or one for the batch (``batch``)."""
+    batch, then one XACK per message (``each``) or one for the batch (``batch``).
+    It stamps each id with ``time.monotonic()`` when its XACK is answered and,
+    on SIGTERM, writes those stamps to ``times`` (one ``id stamp`` per line)."""
     client = redis_sync.Redis.from_url(url, decode_responses=True)
+    acked: list[tuple[str, float]] = []
+
+    def dump(_signum: int, _frame: object) -> None:
+        Path(times).write_text("".join(f"{i} {t!r}\n" for i, t in acked))
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, dump)
     while True:
         reply: Any = client.xreadgroup(group, "raw", {stream: ">"}, count=BATCH, block=1000)
         for _, entries in reply or []:
             ids = [entry_id for entry_id, _fields in entries]
             if mode == "batch":
                 client.xack(stream, group, *ids)
+                stamp = time.monotonic()
+                acked.extend((i, stamp) for i in ids)
             else:
                 for entry_id in ids:
                     client.xack(stream, group, entry_id)
+                    acked.append((entry_id, time.monotonic()))
 
 
 async def raw_phase(url: str, events: int, latency_events: int, mode: str) -> Result:
     stream, group = f"bench-raw-{secrets.token_hex(4)}", "raw"
     client = Redis.from_url(url, decode_responses=True)
     await client.xgroup_create(stream, group, id="0", mkstream=True)
+    times = Path(tempfile.mkdtemp(prefix="relay-bench-raw-")) / "acked.txt"
     consumer = await anyio.open_process(
-        [sys.executable, __file__, "--raw-consumer", url, stream, group, mode],
+        [sys.executable, __file__, "--raw-consumer", url, stream, group, mode, str(times)],
         stdout=None,
         stderr=None,
     )
@@ -107,18 +142,66 @@ async def raw_phase(url: str, events: int, latency_events: int, mode: str) -> Re
         finished = await wait_acked(client, stream, group, last, 600)
         after = await command_counts(client)
         result = Result(label, events, finished - started, delta(before, after))
-        result.latency = await paced_latency(
-            url, stream, group, rate=result.rate / 2, count=latency_events
-        )
-    finally:
-        consumer.kill()
+        rate = result.rate / 2
+        sent = await paced_adds(url, stream, rate, latency_events)
+        await wait_acked(client, stream, group, list(sent)[-1], 300)
+        result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
+        consumer.terminate()
         await consumer.wait()
+        acked = dict(_stamp(line) for line in times.read_text().splitlines())
+        result.latency.latencies_ms = latencies(sent, acked)
+    finally:
+        if consumer.returncode is None:
+            consumer.kill()
+            await consumer.wait()
+        shutil.rmtree(times.parent, ignore_errors=True)
         await client.delete(stream)
         await client.aclose()
     return result
 
 
-# --- (b) Relay end to end ---------------------------------------------------------------
+def _stamp(line: str) -> tuple[str, float]:
+    entry_id, stamp = line.split()
+    return entry_id, float(stamp)
+
+
+# --- (b) the adapters alone --------------------------------------------------------------
+
+
+async def floor_phase(url: str, events: int, latency_events: int, containers: int) -> Result:
+    """``bench/_floor.py``: Relay's Redis and Docker calls per event, no Relay logic."""
+    stream, group = f"bench-floor-{secrets.token_hex(4)}", "floor"
+    client = Redis.from_url(url, decode_responses=True)
+    image = await anyio.to_thread.run_sync(build_image)
+    consumer = await anyio.open_process(
+        [sys.executable, str(HERE / "_floor.py"), url, stream, group, image, str(containers)],
+        stdout=None,
+        stderr=None,
+    )
+    try:
+        for _ in range(2):  # containers started, then every one of them warm
+            last = await add_burst(client, stream, 400)
+            await wait_acked(client, stream, group, last, 120, lambda: consumer.returncode is None)
+        before = await command_counts(client)
+        started = time.monotonic()
+        last = await add_burst(client, stream, events, first_seq=1_000_000)
+        finished = await wait_acked(client, stream, group, last, 600)
+        after = await command_counts(client)
+        result = Result("adapters only", events, finished - started, delta(before, after))
+        rate = result.rate / 2
+        settled = await settle_latency(url, stream, group, rate, latency_events)
+        result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
+        result.latency.latencies_ms = settled.latencies_ms
+    finally:
+        consumer.kill()
+        await consumer.wait()
+        await client.delete(stream)
+        await client.aclose()
+        await anyio.run_process(["docker", "rmi", "-f", image], check=False)
+    return result
+
+
+# --- (c) Relay end to end ---------------------------------------------------------------
 
 
 async def relay_phase(url: str, events: int, latency_events: int, build_timeout: float) -> Result:
@@ -145,9 +228,10 @@ async def relay_phase(url: str, events: int, latency_events: int, build_timeout:
             finished = await wait_acked(client, stream, group, last, 600, worker.alive)
             after = await command_counts(client)
             result = Result("relay end to end", events, finished - started, delta(before, after))
-            result.latency = await paced_latency(
-                url, stream, group, rate=result.rate / 2, count=latency_events
-            )
+            rate = result.rate / 2
+            settled = await settle_latency(url, stream, group, rate, latency_events)
+            result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
+            result.latency.latencies_ms = settled.latencies_ms
         except BaseException:
             print("--- worker log (tail) ---")
             print(worker.log_tail())
@@ -181,6 +265,7 @@ def report(results: list[Result]) -> None:
     print()
     print("cmds/ev: INFO commandstats delta per event (incl. commands inside Lua scripts)")
     print("rt/ev:   top-level commands per event seen by MONITOR at half rate (round trips)")
+    print("p50/p99: XADD sent -> XACK known to a client, at half rate, without MONITOR")
     for r in results:
         top = sorted(r.commands.items(), key=lambda kv: -kv[1])
         breakdown = ", ".join(f"{name}={calls / r.events:.2f}" for name, calls in top[:10])
@@ -193,7 +278,7 @@ def report(results: list[Result]) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 6 and sys.argv[1] == "--raw-consumer":
+    if len(sys.argv) == 7 and sys.argv[1] == "--raw-consumer":
         raw_consumer(*sys.argv[2:])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -209,6 +294,7 @@ def main() -> None:
             for mode in ("each", "batch")
         ]
         if not args.skip_relay:
+            results.append(anyio.run(floor_phase, url, args.events, args.latency_events, 4))
             results.append(
                 anyio.run(relay_phase, url, args.events, args.latency_events, args.build_timeout)
             )
