@@ -37,6 +37,7 @@ from relay.domain.outcome import (
     MessageContext,
     StreamMessage,
 )
+from relay.entrypoints.logging import configure_logging
 
 FUNCTION, HANDLER = "bench", "bench.noop"
 FIELD = invocation_field(FUNCTION, HANDLER)
@@ -102,6 +103,7 @@ async def consume(url: str, stream: str, group: str, image: str, containers: int
 
 def main() -> None:
     url, stream, group, image, containers = sys.argv[1:6]
+    configure_logging("WARN")  # as the bench's worker runs
     try:
         import uvloop  # noqa: PLC0415 - as the worker does, when installed
 

@@ -98,6 +98,29 @@ class Result:
         return sum(self.commands.values()) / self.events
 
 
+async def burst(
+    label: str, client: Redis, stream: str, group: str, events: int, alive: Any = None
+) -> Result:
+    """A burst of ``events`` XADDs, timed until all are acknowledged, with the
+    Redis commands it cost."""
+    before = await command_counts(client)
+    started = time.monotonic()
+    last = await add_burst(client, stream, events, first_seq=1_000_000)
+    finished = await wait_acked(client, stream, group, last, 600, alive)
+    after = await command_counts(client)
+    return Result(label, events, finished - started, delta(before, after))
+
+
+async def settled_at_half_rate(
+    result: Result, url: str, stream: str, group: str, latency_events: int
+) -> None:
+    """Relay's latency (:func:`settle_latency`) and round trips at half the burst rate."""
+    rate = result.rate / 2
+    settled = await settle_latency(url, stream, group, rate, latency_events)
+    result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
+    result.latency.latencies_ms = settled.latencies_ms
+
+
 # --- (a) the raw loop ------------------------------------------------------------------
 
 
@@ -140,12 +163,7 @@ async def raw_phase(url: str, events: int, latency_events: int, mode: str) -> Re
     )
     label = "raw, XACK per event" if mode == "each" else "raw, XACK per batch"
     try:
-        before = await command_counts(client)
-        started = time.monotonic()
-        last = await add_burst(client, stream, events)
-        finished = await wait_acked(client, stream, group, last, 600)
-        after = await command_counts(client)
-        result = Result(label, events, finished - started, delta(before, after))
+        result = await burst(label, client, stream, group, events)
         rate = result.rate / 2
         sent = await paced_adds(url, stream, rate, latency_events)
         await wait_acked(client, stream, group, list(sent)[-1], 300)
@@ -186,16 +204,8 @@ async def floor_phase(url: str, events: int, latency_events: int, containers: in
         for _ in range(2):  # containers started, then every one of them warm
             last = await add_burst(client, stream, 400)
             await wait_acked(client, stream, group, last, 120, lambda: consumer.returncode is None)
-        before = await command_counts(client)
-        started = time.monotonic()
-        last = await add_burst(client, stream, events, first_seq=1_000_000)
-        finished = await wait_acked(client, stream, group, last, 600)
-        after = await command_counts(client)
-        result = Result("adapters only", events, finished - started, delta(before, after))
-        rate = result.rate / 2
-        settled = await settle_latency(url, stream, group, rate, latency_events)
-        result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
-        result.latency.latencies_ms = settled.latencies_ms
+        result = await burst("adapters only", client, stream, group, events)
+        await settled_at_half_rate(result, url, stream, group, latency_events)
     finally:
         consumer.kill()
         await consumer.wait()
@@ -226,16 +236,8 @@ async def relay_phase(url: str, events: int, latency_events: int, build_timeout:
         try:
             print(f"relay: starting the worker and building {function} (first build is slow)")
             await warm_up(client, stream, group, worker, build_timeout)
-            before = await command_counts(client)
-            started = time.monotonic()
-            last = await add_burst(client, stream, events, first_seq=1_000_000)
-            finished = await wait_acked(client, stream, group, last, 600, worker.alive)
-            after = await command_counts(client)
-            result = Result("relay end to end", events, finished - started, delta(before, after))
-            rate = result.rate / 2
-            settled = await settle_latency(url, stream, group, rate, latency_events)
-            result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
-            result.latency.latencies_ms = settled.latencies_ms
+            result = await burst("relay end to end", client, stream, group, events, worker.alive)
+            await settled_at_half_rate(result, url, stream, group, latency_events)
         except BaseException:
             print("--- worker log (tail) ---")
             print(worker.log_tail())
