@@ -8,9 +8,11 @@ redis-server; removed afterwards) it measures:
 
 (a) the baselines, no Relay at all: one consumer process doing XREADGROUP
     (COUNT 16) then one XACK per message, and the same with one XACK per batch;
-(b) the adapters alone (``bench/_floor.py``): per event the same Redis and
+(b) what the machine allows (``bench/_lean.py``): per event the same Redis and
     Docker calls as Relay (batched XREADGROUP, the ledger's begin and finish
-    scripts, one request to one of four warm containers) through Relay's own
+    scripts, one request to one of four warm containers) through hand-written
+    asyncio protocols, and nothing else;
+(b') the adapters alone (``bench/_floor.py``): the same calls through Relay's own
     adapters, with no dispatcher, bus, metrics or slots: the ceiling for (c);
 (c) Relay end to end: the real ``relay start`` with a no-op Python handler and
     MAX_CONCURRENCY=4 (so four warm containers), after a warm-up.
@@ -34,13 +36,15 @@ excluded); then, at half that rate:
   event (round trips; pipelined commands count one each).
 
 Targets for (c) on the 2-core machine: >= 3,000 events/s, <= 3 round trips per
-event, p99 < 5 ms. Figures vary per machine: read the ratios to (a) and
-the distance between (b) and (c), which is what Relay's own Python costs.
+event, p99 < 5 ms. Figures vary per machine: read the ratios to (a); the
+distance from (b) to (b') is what the layers of Relay's adapters cost, and from
+(b') to (c) what the rest of Relay costs.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import secrets
 import shutil
 import signal
@@ -190,13 +194,19 @@ def _stamp(line: str) -> tuple[str, float]:
 # --- (b) the adapters alone --------------------------------------------------------------
 
 
-async def floor_phase(url: str, events: int, latency_events: int, containers: int) -> Result:
-    """``bench/_floor.py``: Relay's Redis and Docker calls per event, no Relay logic."""
+async def floor_phase(
+    url: str, events: int, latency_events: int, containers: int, *, lean: bool = False
+) -> Result:
+    """``bench/_floor.py`` (Relay's Redis and Docker calls per event through its
+    adapters, no Relay logic) or, with ``lean``, ``bench/_lean.py`` (the same calls
+    with hand-written protocols)."""
     stream, group = f"bench-floor-{secrets.token_hex(4)}", "floor"
     client = Redis.from_url(url, decode_responses=True)
+    await client.xgroup_create(stream, group, id="0", mkstream=True)
     image = await anyio.to_thread.run_sync(build_image)
+    script = HERE / ("_lean.py" if lean else "_floor.py")
     consumer = await anyio.open_process(
-        [sys.executable, str(HERE / "_floor.py"), url, stream, group, image, str(containers)],
+        [sys.executable, str(script), url, stream, group, image, str(containers)],
         stdout=None,
         stderr=None,
     )
@@ -204,7 +214,8 @@ async def floor_phase(url: str, events: int, latency_events: int, containers: in
         for _ in range(2):  # containers started, then every one of them warm
             last = await add_burst(client, stream, 400)
             await wait_acked(client, stream, group, last, 120, lambda: consumer.returncode is None)
-        result = await burst("adapters only", client, stream, group, events)
+        label = "lean protocols" if lean else "adapters only"
+        result = await burst(label, client, stream, group, events)
         await settled_at_half_rate(result, url, stream, group, latency_events)
     finally:
         consumer.kill()
@@ -300,7 +311,16 @@ def main() -> None:
             for mode in ("each", "batch")
         ]
         if not args.skip_relay:
-            results.append(anyio.run(floor_phase, url, args.events, args.latency_events, 4))
+            for lean in (True, False):
+                results.append(
+                    anyio.run(
+                        functools.partial(floor_phase, lean=lean),
+                        url,
+                        args.events,
+                        args.latency_events,
+                        4,
+                    )
+                )
             results.append(
                 anyio.run(relay_phase, url, args.events, args.latency_events, args.build_timeout)
             )
