@@ -24,6 +24,8 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from _redisbench import run_consumer
+
 from relay.adapters.docker.runtime import DockerContainerRuntime
 from relay.adapters.redis.ledger import RedisInvocationLedger
 from relay.adapters.redis.stream import RedisEventStream
@@ -102,14 +104,8 @@ async def consume(url: str, stream: str, group: str, image: str, containers: int
 
 
 def main() -> None:
-    url, stream, group, image, containers = sys.argv[1:6]
     configure_logging("WARN")  # as the bench's worker runs
-    try:
-        import uvloop  # noqa: PLC0415 - as the worker does, when installed
-
-        uvloop.run(consume(url, stream, group, image, int(containers)))
-    except ImportError:
-        asyncio.run(consume(url, stream, group, image, int(containers)))
+    run_consumer(consume)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from _redisbench import run_consumer
+
 from relay.adapters.docker.bootstraps import END_MARKER_PREFIX
 from relay.adapters.docker.containers import ContainerSpec, container_config
 from relay.adapters.redis.keys import dlq_key, invocation_key
@@ -152,6 +154,11 @@ async def consume(url: str, stream: str, group: str, image: str, count: int) -> 
     host, port = url.removeprefix("redis://").split("/")[0].rsplit(":", 1)
     _, reads = await loop.create_connection(RespProtocol, host, int(port))
     _, scripts = await loop.create_connection(RespProtocol, host, int(port))
+    try:
+        await reads.call(command("XGROUP", "CREATE", stream, group, "0", "MKSTREAM"))
+    except RuntimeError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
     begin, finish = load_script("begin"), load_script("finish")
     for script in (begin, finish):
         await scripts.call(script.load_command())
@@ -223,13 +230,7 @@ async def consume(url: str, stream: str, group: str, image: str, count: int) -> 
 
 
 def main() -> None:
-    url, stream, group, image, containers = sys.argv[1:6]
-    try:
-        import uvloop  # noqa: PLC0415 - as the worker does, when installed
-
-        uvloop.run(consume(url, stream, group, image, int(containers)))
-    except ImportError:
-        asyncio.run(consume(url, stream, group, image, int(containers)))
+    run_consumer(consume)
 
 
 if __name__ == "__main__":

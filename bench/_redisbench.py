@@ -8,6 +8,7 @@ one run; nothing here asserts on time.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -529,6 +530,19 @@ def remove_function_images(function: str) -> None:
     )
     for image in listed.stdout.split():
         subprocess.run(["docker", "rmi", "-f", image], capture_output=True, check=False)
+
+
+def run_consumer(consume: Any) -> None:
+    """The entry point of a bench consumer process (``bench/_floor.py``,
+    ``bench/_lean.py``): ``consume(url, stream, group, image, containers)`` from
+    the command line, on uvloop when it is installed (as the worker runs)."""
+    url, stream, group, image, containers = sys.argv[1:6]
+    try:
+        import uvloop  # noqa: PLC0415 - optional, as in the worker
+    except ImportError:
+        asyncio.run(consume(url, stream, group, image, int(containers)))
+        return
+    uvloop.run(consume(url, stream, group, image, int(containers)))
 
 
 @contextlib.contextmanager
