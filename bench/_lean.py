@@ -34,7 +34,7 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from _redisbench import run_consumer
+from _redisbench import resp_command, run_consumer
 
 from relay.adapters.docker.bootstraps import END_MARKER_PREFIX
 from relay.adapters.docker.containers import ContainerSpec, container_config
@@ -46,14 +46,6 @@ FIELD = invocation_field("bench", "bench.noop")
 BUFFER = 16
 DOCKER_SOCKET = "/var/run/docker.sock"
 FS, RS = "\x1f", "\x1e"  # the ledger's argument packing (relay.adapters.redis.ledger)
-
-
-def command(*parts: str | bytes | int) -> bytes:
-    out = [b"*%d\r\n" % len(parts)]
-    for part in parts:
-        raw = part if isinstance(part, bytes) else str(part).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
-    return b"".join(out)
 
 
 class RespProtocol(asyncio.Protocol):
@@ -155,7 +147,7 @@ async def consume(url: str, stream: str, group: str, image: str, count: int) -> 
     _, reads = await loop.create_connection(RespProtocol, host, int(port))
     _, scripts = await loop.create_connection(RespProtocol, host, int(port))
     try:
-        await reads.call(command("XGROUP", "CREATE", stream, group, "0", "MKSTREAM"))
+        await reads.call(resp_command("XGROUP", "CREATE", stream, group, "0", "MKSTREAM"))
     except RuntimeError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
@@ -212,7 +204,7 @@ async def consume(url: str, stream: str, group: str, image: str, count: int) -> 
                 await places.acquire()
                 free += 1
             read = ("GROUP", group, "lean", "COUNT", free, "BLOCK", 1000, "STREAMS", stream, ">")
-            reply = await reads.call(command("XREADGROUP", *read))
+            reply = await reads.call(resp_command("XREADGROUP", *read))
             taken = 0
             for _stream, entries in reply or ():
                 for entry_id, fields in entries:

@@ -35,6 +35,7 @@ from redis.asyncio import Redis
 ROOT = Path(__file__).resolve().parents[1]
 REDIS_IMAGE = "relay-testbed/redis:7"
 RELAY = str(Path(sys.executable).parent / "relay")
+BENCH_EVENT = '{"kind":"bench"}'  # matched by NOOP_TEMPLATE's pattern
 
 # Commands the benchmark itself sends; never counted as the consumer's work.
 BENCH_COMMANDS = frozenset(
@@ -185,11 +186,15 @@ async def wait_acked(
     return time.monotonic()
 
 
-def _resp(*parts: bytes) -> bytes:
-    out = [b"*%d\r\n" % len(parts)]
-    for part in parts:
-        out.append(b"$%d\r\n%s\r\n" % (len(part), part))
-    return b"".join(out)
+def bulk(part: str | bytes | int) -> bytes:
+    """One RESP bulk string."""
+    raw = part if isinstance(part, bytes) else str(part).encode()
+    return b"$%d\r\n%s\r\n" % (len(raw), raw)
+
+
+def resp_command(*parts: str | bytes | int) -> bytes:
+    """One command packed as RESP (a bench writes it on a socket of its own)."""
+    return b"*%d\r\n" % len(parts) + b"".join(bulk(part) for part in parts)
 
 
 async def add_burst(client: Redis, stream: str, count: int, *, first_seq: int = 0) -> str:
@@ -198,24 +203,21 @@ async def add_burst(client: Redis, stream: str, count: int, *, first_seq: int = 
     hiredis: the producer shares the machine's two cores with what it measures, and
     redis-py's per-command encoding cost about 40 us of CPU per event."""
     kwargs = client.connection_pool.connection_kwargs
-    prefix = b"*7\r\n" + b"".join(
-        b"$%d\r\n%s\r\n" % (len(p), p) for p in (b"XADD", stream.encode(), b"*", b"seq")
-    )
-    suffix = b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in (b"event", b'{"kind":"bench"}'))
+    # XADD stream * seq <n> event <body>: everything but <n> is the same each time
+    prefix = b"*7\r\n" + b"".join(bulk(p) for p in ("XADD", stream, "*", "seq"))
+    suffix = bulk("event") + bulk(BENCH_EVENT)
     reader = hiredis.Reader()
     last = b""
     async with await anyio.connect_tcp(
         kwargs.get("host", "localhost"), kwargs.get("port", 6379)
     ) as conn:
         if kwargs.get("db"):
-            await conn.send(_resp(b"SELECT", str(kwargs["db"]).encode()))
+            await conn.send(resp_command("SELECT", kwargs["db"]))
             while reader.gets() is False:
                 reader.feed(await conn.receive())
         for start in range(0, count, 500):
             chunk = range(first_seq + start, first_seq + min(count, start + 500))
-            await conn.send(
-                b"".join(prefix + b"$%d\r\n%d\r\n" % (len(str(seq)), seq) + suffix for seq in chunk)
-            )
+            await conn.send(b"".join(prefix + bulk(seq) + suffix for seq in chunk))
             for _ in chunk:
                 reply = reader.gets()
                 while reply is False:
@@ -249,7 +251,7 @@ async def paced_adds(url: str, stream: str, rate: float, count: int) -> dict[str
             if due > now:
                 await anyio.sleep(due - now)
             stamp = time.monotonic()
-            entry_id = await producer.xadd(stream, {"seq": str(seq), "event": '{"kind":"bench"}'})
+            entry_id = await producer.xadd(stream, {"seq": str(seq), "event": BENCH_EVENT})
             sent[entry_id] = stamp
     finally:
         await producer.aclose()

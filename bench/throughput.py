@@ -118,7 +118,8 @@ async def burst(
 async def settled_at_half_rate(
     result: Result, url: str, stream: str, group: str, latency_events: int
 ) -> None:
-    """Relay's latency (:func:`settle_latency`) and round trips at half the burst rate."""
+    """XADD->XACK latency (:func:`settle_latency`: any consumer that settles through
+    the ledger's scripts) and round trips at half the burst rate."""
     rate = result.rate / 2
     settled = await settle_latency(url, stream, group, rate, latency_events)
     result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
