@@ -40,11 +40,16 @@ async def wait_for(condition: Callable[[], bool]) -> None:
             await anyio.sleep(0.001)
 
 
-async def test_the_buffer_bounds_what_is_read() -> None:
-    clock = FakeClock()
-    stream = InMemoryEventStream(clock)
-    for i in range(10):
+def stream_with_events(count: int) -> InMemoryEventStream:
+    """A fake stream holding ``count`` small, distinct events."""
+    stream = InMemoryEventStream(FakeClock())
+    for i in range(count):
         stream.add(b'{"n": %d}' % i)
+    return stream
+
+
+async def test_the_buffer_bounds_what_is_read() -> None:
+    stream = stream_with_events(10)
     buffer = MessageBuffer(3)
     dispatch = SlowDispatch(buffer)
     loop = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
@@ -80,10 +85,7 @@ class GatedDispatch:
 
 
 async def test_a_busy_worker_reads_again_once_half_the_buffer_is_free() -> None:
-    clock = FakeClock()
-    stream = InMemoryEventStream(clock)
-    for i in range(20):
-        stream.add(b'{"n": %d}' % i)
+    stream = stream_with_events(20)
     buffer = MessageBuffer(8)
     dispatch = GatedDispatch()
     loop = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
