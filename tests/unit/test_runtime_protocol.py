@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-import anyio
 import pytest
 
+from relay.adapters.docker.attach import READ_LIMIT, AttachChannel, DeadlinePassed
 from relay.adapters.docker.containers import (
     MAX_LINE_BYTES,
     ContainerSpec,
@@ -28,27 +29,59 @@ class Message(NamedTuple):
     data: bytes
 
 
-Script = Callable[[str], list[Message | None]]
+Script = Callable[[str], Sequence[Message | OSError | None]]
 
 
-class ScriptedStream:
-    """Answers each request with the messages ``script(nonce)`` returns."""
+def mux(message: Message) -> bytes:
+    """One multiplexed attach frame, as the engine sends it."""
+    header = bytes([message.stream, 0, 0, 0]) + len(message.data).to_bytes(4, "big")
+    return header + message.data
 
-    def __init__(self, script: Script) -> None:
+
+class ScriptedTransport:
+    """Answers each request with the messages ``script(nonce)`` returns, each
+    delivered to the channel in its own later loop turn (``None``: the
+    connection closes). With ``chunk`` the bytes arrive cut into pieces of that
+    size, regardless of frame boundaries."""
+
+    def __init__(self, script: Script, chunk: int = 0) -> None:
         self.script = script
+        self.chunk = chunk
         self.requests: list[dict[str, Any]] = []
-        self.pending: list[Message | None] = []
+        self.channel: AttachChannel | None = None
+        self.closing = False
+        self.reading = True
 
-    async def write_in(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         request = json.loads(data)
         self.requests.append(request)
-        self.pending += self.script(request["id"])
+        loop = asyncio.get_running_loop()
+        for message in self.script(request["id"]):
+            if message is None or isinstance(message, OSError):
+                loop.call_soon(self._lose, message)
+                continue
+            raw = mux(message)
+            size = self.chunk or len(raw)
+            for start in range(0, len(raw), size):
+                loop.call_soon(self._deliver, raw[start : start + size])
 
-    async def read_out(self) -> Message | None:
-        await anyio.lowlevel.checkpoint()
-        if not self.pending:
-            await anyio.sleep_forever()
-        return self.pending.pop(0)
+    def _deliver(self, data: bytes) -> None:
+        assert self.channel is not None
+        self.channel.data_received(data)
+
+    def _lose(self, exc: OSError | None) -> None:
+        assert self.channel is not None
+        self.closing = True
+        self.channel.connection_lost(exc)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
 
 
 def frame(nonce: str, ok: bool = True, error: str = "") -> bytes:
@@ -61,10 +94,12 @@ def answer(nonce: str, ok: bool = True, error: str = "") -> Message:
     return Message(STDERR, frame(nonce, ok, error))
 
 
-def make(script: Script) -> tuple[ExecutionContainer, ScriptedStream]:
-    stream = ScriptedStream(script)
+def make(script: Script, chunk: int = 0) -> tuple[ExecutionContainer, ScriptedTransport]:
+    transport = ScriptedTransport(script, chunk)
+    channel = transport.channel = AttachChannel(transport)
     spec = ContainerSpec(function="fn", image="img", runtime="python3.14", hostname="h")
-    return ExecutionContainer(spec=spec, container=None, stream=stream), stream
+    container = ExecutionContainer(spec=spec, container=None, stream=None, channel=channel)
+    return container, transport
 
 
 REQUEST = InvocationRequest(
@@ -198,3 +233,83 @@ async def test_without_a_context_the_message_part_is_left_out() -> None:
     bare = InvocationRequest(function="fn", handler="mod.handler", event=b"{}")
     await container.call(bare, 1.0, lines.append)
     assert lines == ['relay: function "fn" handler "mod.handler": hi']
+
+
+# --- the attach channel: framing, deadline, flow control, end of connection ---------
+@pytest.mark.parametrize("chunk", [1, 3, 8, 11])
+async def test_frames_cut_anywhere_by_the_connection_read_the_same(chunk: int) -> None:
+    container, _ = make(
+        lambda n: [
+            Message(STDERR, b"one\ntw"),
+            Message(STDOUT, b"stray on fd 1\n"),
+            Message(STDERR, b"o\nthree" + frame(n, ok=False, error="ValueError: x")),
+        ],
+        chunk=chunk,
+    )
+    result, lines = await call(container)
+    assert result == (False, "ValueError: x")
+    assert lines == [PREFIX + "one", PREFIX + "stray on fd 1", PREFIX + "two", PREFIX + "three"]
+
+
+async def test_no_answer_before_the_deadline_raises_deadline_passed() -> None:
+    container, _ = make(lambda n: [Message(STDERR, b"working...\n")])
+    lines: list[str] = []
+    with pytest.raises(DeadlinePassed):
+        await container.call(REQUEST, 0.05, lines.append)
+    assert lines == [PREFIX + "working..."]
+
+
+async def test_output_after_the_answer_is_kept_for_the_next_call() -> None:
+    container, _ = make(lambda n: [Message(STDERR, frame(n) + b"background\n")])
+    assert (await call(container)) == ((True, ""), [])
+    result, lines = await call(container)
+    assert result == (True, "")
+    assert lines == [PREFIX + "background"]
+
+
+async def test_reading_pauses_past_the_limit_and_resumes_once_read() -> None:
+    noise = Message(STDOUT, b"x" * 1000 + b"\n")
+    chatter = [noise] * (READ_LIMIT // 1000 + 2)
+    container, transport = make(lambda n: [*chatter, answer(n)])
+    channel = container.channel
+    channel.data_received(b"".join(mux(m) for m in chatter))  # printed while idle
+    assert not transport.reading
+    result, lines = await call(container)
+    assert result == (True, "")
+    assert transport.reading
+    assert len(lines) == 2 * len(chatter)
+
+
+async def test_a_closed_attachment_refuses_the_request_as_a_process_exit() -> None:
+    container, transport = make(lambda n: [answer(n)])
+    container.channel.connection_lost(None)
+    assert container.exited()
+    with pytest.raises(ProcessExited):
+        await call(container)
+    assert transport.requests == []
+
+
+async def test_a_broken_connection_is_not_mistaken_for_an_exit() -> None:
+    # the runtime discards it as a protocol error ("lost the container's stream")
+    container, _ = make(lambda n: [Message(STDERR, b"half"), OSError("reset by peer")])
+    lines: list[str] = []
+    with pytest.raises(ConnectionResetError, match="reset by peer"):
+        await container.call(REQUEST, 6.0, lines.append)
+    assert lines == [PREFIX + "half"]
+
+
+class Original:
+    def __init__(self) -> None:
+        self.lost: list[Exception | None] = []
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost.append(exc)
+
+
+async def test_the_end_of_the_connection_reaches_aiohttps_protocol_too() -> None:
+    original = Original()
+    channel = AttachChannel(ScriptedTransport(lambda n: []), original)
+    assert channel.eof_received() is False
+    channel.connection_lost(None)
+    assert original.lost == [None]
+    assert channel.closed

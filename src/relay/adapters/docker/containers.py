@@ -20,6 +20,7 @@ import anyio
 import msgspec
 import structlog
 
+from relay.adapters.docker.attach import AttachChannel, take_over
 from relay.adapters.docker.bootstraps import END_MARKER_PREFIX, bootstrap_command
 from relay.domain.execution import InvocationRequest
 
@@ -134,16 +135,21 @@ def _emit(output: Callable[[str], None], prefix: str, raw: bytes) -> None:
 
 @dataclass(eq=False)
 class ExecutionContainer:
-    """A started container with Relay attached; serves one request at a time."""
+    """A started container with Relay attached; serves one request at a time.
+
+    ``stream`` is aiodocker's attach stream (it opened the connection and
+    closes it); ``channel`` reads and writes that connection on the warm path."""
 
     spec: ContainerSpec
     container: Any  # aiodocker DockerContainer
     stream: Any  # aiodocker Stream (attach)
+    channel: AttachChannel
     created_at: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
     invocations: int = 0
     _stray: bytearray = field(default_factory=bytearray)
     _output: bytearray = field(default_factory=bytearray)
+    _request: InvocationRequest | None = None
     _prefix: str = ""
 
     @property
@@ -159,12 +165,13 @@ class ExecutionContainer:
     ) -> tuple[bool, str]:
         """Send one request and read until its answer, which comes after all its output.
 
-        Raises ``ProcessExited`` when the process ends first and
-        ``ProtocolError`` on an invalid answer. The caller bounds the time.
+        Raises ``DeadlinePassed`` when no answer came within ``timeout_s``,
+        ``ProcessExited`` when the process ends first and ``ProtocolError`` on
+        an invalid answer.
         """
         self.invocations += 1
+        self._request, self._prefix = request, ""  # the prefix is made on first use
         nonce = secrets.token_hex(12)
-        self._prefix = _prefix(request)
         env = dict(request.env)
         env["RELAY_HANDLER"] = request.handler
         frame = {
@@ -174,24 +181,35 @@ class ExecutionContainer:
             "event": request.event.decode("utf-8", errors="replace"),
             "timeout_s": timeout_s,
         }
+        channel = self.channel
         try:
-            await self.stream.write_in(msgspec.json.encode(frame) + b"\n")
-        except (OSError, RuntimeError, AssertionError) as exc:
+            channel.write(msgspec.json.encode(frame) + b"\n")
+        except (OSError, RuntimeError) as exc:
             raise ProcessExited(str(exc)) from exc
         marker = END_MARKER_PREFIX + nonce.encode()
-        answer: bytes | None = None
-        while answer is None:
-            message = await self.stream.read_out()
-            if message is None:
-                self._flush_partial(output)
-                raise ProcessExited("the container's process ended")
-            if message.stream == 1:
-                self._take_stray(message.data, output)
-            else:
-                answer = self._take_output(message.data, marker, output)
-        self._prefix = _prefix(None, function=self.spec.function)
-        self.last_used = time.monotonic()
-        return _parse_answer(answer)
+        deadline = channel.arm(timeout_s)
+        try:
+            while True:
+                for stream, data in channel.frames():
+                    if stream == 1:
+                        self._take_stray(data, output)
+                        continue
+                    answer = self._take_output(data, marker, output)
+                    if answer is not None:
+                        return _parse_answer(answer)
+                if channel.closed:
+                    self._flush_partial(output)
+                    if channel.error is not None:  # not an exit: the connection broke
+                        raise ConnectionResetError(str(channel.error)) from channel.error
+                    raise ProcessExited("the container's process ended")
+                await channel.wait()
+        finally:
+            deadline.cancel()
+
+    def _line_prefix(self) -> str:
+        if not self._prefix:
+            self._prefix = _prefix(self._request, function=self.spec.function)
+        return self._prefix
 
     def _take_stray(self, data: bytes, output: Callable[[str], None]) -> None:
         """The stdout stream carries no protocol: a stray write to fd 1 is output."""
@@ -199,7 +217,7 @@ class ExecutionContainer:
         lines, self._stray = _split_lines(self._stray, keep=0)
         for raw in lines:
             if raw.strip():
-                _emit(output, self._prefix, raw)
+                _emit(output, self._line_prefix(), raw)
 
     def _take_output(
         self, data: bytes, marker: bytes, output: Callable[[str], None]
@@ -208,40 +226,50 @@ class ExecutionContainer:
 
         Only the exact marker with this request's nonce starts a frame: a line
         that merely looks like one is output."""
-        self._output += data
-        at = self._output.find(marker)
+        if self._output:
+            self._output += data
+            buffer: bytes | bytearray = self._output
+        else:
+            buffer = data  # the common case: the frame alone, nothing held back
+        at = buffer.find(marker)
         if at < 0:
-            lines, self._output = _split_lines(self._output, keep=len(marker))
-            for raw in lines:
-                _emit(output, self._prefix, raw)
+            lines, self._output = _split_lines(buffer, keep=len(marker))
+            self._emit_lines(lines, output)
             return None
-        end = self._output.find(b"\n", at + len(marker))
+        end = buffer.find(b"\n", at + len(marker))
         if end < 0:
-            if len(self._output) - at > MAX_LINE_BYTES:
+            if len(buffer) - at > MAX_LINE_BYTES:
                 raise ProtocolError("the answer frame has no end")
+            if buffer is data:
+                self._output += data
             return None  # the rest of the frame is still on its way
-        before = bytes(self._output[:at])
-        answer = bytes(self._output[at + len(marker) : end])
+        answer = bytes(buffer[at + len(marker) : end])
+        if at:
+            lines = bytes(buffer[:at]).split(b"\n")
+            if lines[-1] == b"":
+                lines.pop()  # the output ended with a newline: no partial line
+            self._emit_lines(lines, output)
         # output printed in the background after the answer waits for the next call
-        del self._output[: end + 1]
-        lines = before.split(b"\n")
-        if lines[-1] == b"":
-            lines.pop()  # the output ended with a newline: no partial line
-        for raw in lines:
-            _emit(output, self._prefix, raw)
+        if buffer is data:
+            self._output += data[end + 1 :]
+        else:
+            del self._output[: end + 1]
         return answer
+
+    def _emit_lines(self, lines: list[bytes], output: Callable[[str], None]) -> None:
+        for raw in lines:
+            _emit(output, self._line_prefix(), raw)
 
     def _flush_partial(self, output: Callable[[str], None]) -> None:
         for buffer in (self._stray, self._output):
             if buffer.strip():
                 for raw in bytes(buffer).rstrip(b"\n").split(b"\n"):
-                    _emit(output, self._prefix, raw)
+                    _emit(output, self._line_prefix(), raw)
             buffer.clear()
 
     def exited(self) -> bool:
         """True once the attachment saw end-of-stream: the process is gone."""
-        queue = getattr(self.stream, "_queue", None)
-        return queue is not None and bool(queue.is_eof())
+        return self.channel.closed
 
     async def exit_code(self) -> int | None:
         """The exit code if the engine still knows the container."""
@@ -271,7 +299,7 @@ async def remove_container(container: Any) -> None:
             log.warning("container_remove_failed", container=container.id, error=repr(exc))
 
 
-def _split_lines(buffer: bytearray, keep: int) -> tuple[list[bytes], bytearray]:
+def _split_lines(buffer: bytes | bytearray, keep: int) -> tuple[list[bytes], bytearray]:
     """Complete lines, and the unfinished rest. A rest longer than
     ``MAX_LINE_BYTES`` is cut into a line of its own (keeping the last ``keep``
     bytes, where a marker may be starting), so one endless line cannot grow
@@ -316,6 +344,7 @@ async def start_container(docker: aiodocker.Docker, spec: ContainerSpec) -> Exec
             await (await docker.networks.get(network)).connect({"Container": container.id})
         stream = container.attach(stdin=True, stdout=True, stderr=True)
         await stream._init()  # attach before start, so no output is missed
+        channel = take_over(stream)
         try:
             await container.start()
         except BaseException:
@@ -325,7 +354,7 @@ async def start_container(docker: aiodocker.Docker, spec: ContainerSpec) -> Exec
     except BaseException:
         await remove_container(container)
         raise
-    return ExecutionContainer(spec=spec, container=container, stream=stream)
+    return ExecutionContainer(spec=spec, container=container, stream=stream, channel=channel)
 
 
 def env_names(env: Mapping[str, str]) -> list[str]:

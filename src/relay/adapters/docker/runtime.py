@@ -23,6 +23,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from relay.adapters.docker.attach import DeadlinePassed
 from relay.adapters.docker.containers import (
     GRACE_S,
     ContainerSpec,
@@ -208,8 +209,10 @@ class DockerContainerRuntime:
         """One request on a leased container; ``reason`` set when it must be discarded."""
         timeout_s = clamp_timeout_ns(request.timeout_ns) / 1e9
         try:
-            with anyio.move_on_after(timeout_s) as scope:
-                ok, error = await container.call(request, timeout_s, self._output)
+            # the container keeps the deadline (one timer, no cancel scope per call)
+            ok, error = await container.call(request, timeout_s, self._output)
+        except DeadlinePassed:
+            return _Ran(False, f"timed out after {timeout_s:g}s", DISCARD_TIMEOUT)
         except ProcessExited:
             code = await container.exit_code()
             detail = "the container's process exited"
@@ -220,8 +223,6 @@ class DockerContainerRuntime:
         except Exception as exc:  # noqa: BLE001 - the attachment broke in a way we did not foresee
             log.warning("container_stream_failed", function=request.function, error=repr(exc))
             return _Ran(False, f"lost the container's stream: {exc!r}", DISCARD_PROTOCOL_ERROR)
-        if scope.cancelled_caught:
-            return _Ran(False, f"timed out after {timeout_s:g}s", DISCARD_TIMEOUT)
         return _Ran(ok, error, None)
 
     async def _lease_live(self, pool: FunctionPool) -> ExecutionContainer:

@@ -1,0 +1,142 @@
+"""Relay's end of a container's attach connection, read without aiohttp's layers.
+
+aiodocker opens the attach connection (an HTTP upgrade on the engine's socket);
+then :func:`take_over` installs an :class:`AttachChannel` as the transport's
+protocol. Each invocation writes one request and waits for its answer, and on
+that warm path aiodocker's per-frame queue, parser objects and drain coroutine
+cost more CPU than the request itself. The channel only buffers the raw bytes
+and wakes the one reader; the reader (the invoking task) splits the engine's
+multiplexed frames (an 8-byte header: stream number, three zero bytes, a
+big-endian length) itself, so output is forwarded by the invoking task, never
+from inside the event loop's callback.
+
+The transport may be asyncio's or uvloop's (uvloop's is not an
+``asyncio.Transport`` subclass): only the methods both share are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any, Final
+
+# Buffered bytes past which reading pauses until the reader catches up (as
+# aiodocker's queue did), so a container printing while idle cannot grow
+# Relay's memory: the engine, then the container's writes, block instead.
+READ_LIMIT: Final = 1 << 16
+HEADER_BYTES: Final = 8
+
+
+class DeadlinePassed(Exception):
+    """The request's deadline passed before its answer came."""
+
+
+class AttachChannel(asyncio.Protocol):
+    """Buffers what the container's attachment sends; one reader at a time."""
+
+    def __init__(self, transport: Any, original: Any = None) -> None:
+        self.transport = transport
+        # aiohttp's protocol, told when the connection goes (it awaits that on close)
+        self._original = original
+        self._buffer = bytearray()
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._timed_out = False
+        self.closed = False
+        self.error: BaseException | None = None
+
+    # --- the transport's side ------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) > READ_LIMIT and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        # the container's output ended: its process is gone (let the transport close)
+        self.closed = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.error = exc
+        self._wake()
+        if self._original is not None:
+            self._original.connection_lost(exc)
+
+    # --- the reader's side -------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        """Send bytes to the container's stdin; ``ConnectionError`` once it is gone.
+
+        No drain: one request is written at a time and its answer awaited, so
+        the transport's buffer holds at most one request."""
+        if self.closed or self.transport.is_closing():
+            raise ConnectionResetError("the container's attachment is closed")
+        self.transport.write(data)
+
+    def frames(self) -> Iterator[tuple[int, bytes]]:
+        """Complete ``(stream, payload)`` frames received so far, in order."""
+        buffer = self._buffer
+        while len(buffer) >= HEADER_BYTES:
+            end = HEADER_BYTES + int.from_bytes(buffer[4:HEADER_BYTES], "big")
+            if len(buffer) < end:
+                break
+            stream = buffer[0]
+            payload = bytes(buffer[HEADER_BYTES:end])
+            del buffer[:end]
+            if self._paused and len(buffer) <= READ_LIMIT:
+                # before the yield: the reader may stop at this frame (its answer)
+                self._paused = False
+                self.transport.resume_reading()
+            yield stream, payload
+
+    def pending(self) -> bool:
+        """Bytes are buffered (perhaps only part of a frame)."""
+        return bool(self._buffer)
+
+    async def wait(self) -> None:
+        """Until more bytes arrive, the connection ends or the deadline passes
+        (then ``DeadlinePassed``)."""
+        if self._timed_out:
+            raise DeadlinePassed
+        if self.closed:
+            return
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+        if self._timed_out:
+            raise DeadlinePassed
+
+    def arm(self, timeout_s: float) -> asyncio.TimerHandle:
+        """Start a request's deadline; cancel the returned handle when it is answered."""
+        self._timed_out = False
+        return asyncio.get_running_loop().call_later(timeout_s, self._expire)
+
+    # --- internals ------------------------------------------------------------------------
+    def _expire(self) -> None:
+        self._timed_out = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def take_over(stream: Any) -> AttachChannel:
+    """Install a channel on an initialised aiodocker attach ``Stream``'s transport.
+
+    Call it before the container starts, so nothing was read through aiodocker yet.
+    Closing stays aiodocker's (``stream.close()``)."""
+    connection = stream._resp.connection
+    original = connection.protocol
+    transport = original.transport
+    channel = AttachChannel(transport, original)
+    transport.set_protocol(channel)
+    if not transport.is_reading():
+        transport.resume_reading()
+    return channel
