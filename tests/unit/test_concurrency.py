@@ -136,6 +136,46 @@ async def test_cancellation_while_waiting_gives_back_the_global_slot() -> None:
                 tg.start_soon(cancel_soon)
                 async with slots.acquire("fn"):
                     pytest.fail("must not get the function slot")
-        # the waiter held a global slot while it waited for the function slot
+        # the cancelled waiter left no slot taken behind it
         async with slots.acquire("other"):
             assert slots.in_flight == 2
+
+
+async def test_a_waiter_at_its_function_limit_does_not_hold_up_other_functions() -> None:
+    slots = Slots(max_concurrency=2, wait_s=30)
+    slots.resize("busy", 1)
+    queued = anyio.Event()
+
+    async def waits_for_busy() -> None:
+        queued.set()
+        async with slots.acquire("busy"):
+            pass
+
+    async with anyio.create_task_group() as tg, slots.acquire("busy"):
+        tg.start_soon(waits_for_busy)
+        await queued.wait()
+        await anyio.wait_all_tasks_blocked()
+        async with slots.acquire("other"):  # the one free global slot, without a wait
+            assert slots.in_flight == 2
+        assert slots.waits_by_function == {"busy": 1}
+    assert slots.in_flight == 0
+    assert slots.timeouts_total == 0
+
+
+async def test_a_freed_slot_goes_to_the_oldest_waiter_first() -> None:
+    slots = Slots(max_concurrency=1, wait_s=30)
+    order: list[int] = []
+
+    async def one(n: int) -> None:
+        async with slots.acquire("fn"):
+            order.append(n)
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        async with slots.acquire("fn"):
+            for n in range(5):
+                tg.start_soon(one, n)
+                await anyio.wait_all_tasks_blocked()
+    assert order == [0, 1, 2, 3, 4]
+    assert slots.waits_total == 5
+    assert slots.in_flight == 0

@@ -1,20 +1,45 @@
-"""Concurrency slots: the worker-global ``MAX_CONCURRENCY`` then the function's own.
+"""Concurrency slots: the worker-global ``MAX_CONCURRENCY`` and the function's own.
 
-An invocation takes the global slot first, then its function's slot, both
-within one bounded wait. When the wait runs out it raises ``SlotUnavailable``:
-the caller leaves the message pending for a later redelivery and charges no
+An invocation holds one global and one function slot, both taken together within
+one bounded wait. When the wait runs out it raises ``SlotUnavailable``: the
+caller leaves the message pending for a later redelivery and charges no
 attempt. Per-function limits are clipped to ``MAX_CONCURRENCY`` and resized live;
-an in-flight invocation releases to the limiter it acquired from.
+an in-flight invocation releases to the limit it acquired from.
+
+Waiters queue in arrival order. A freed slot goes at once to the oldest waiter
+that can run now (a waiter whose function is at its own limit does not hold up
+one of another function), so free capacity and an eligible waiter never exist
+together. Taking a free slot costs no scheduler turn and no timer; only a wait
+arms one. Every handled event passes here, under load mostly through the wait,
+which is why this is not two stacked ``anyio.CapacityLimiter`` (a timer, three
+checkpoints and borrower bookkeeping per event).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections import deque
+from types import TracebackType
 
 import anyio
 
 from relay.domain.execution import SlotUnavailable
+
+
+class _Limit:
+    __slots__ = ("total", "used")
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+
+
+class _Waiter:
+    __slots__ = ("granted", "limit", "wake")
+
+    def __init__(self, limit: _Limit) -> None:
+        self.limit = limit
+        self.wake = anyio.Event()
+        self.granted = False
 
 
 class Slots:
@@ -30,8 +55,9 @@ class Slots:
             raise ValueError("max_concurrency must be positive")
         self.max_concurrency = max_concurrency
         self.wait_s = wait_s
-        self._global = anyio.CapacityLimiter(max_concurrency)
-        self._functions: dict[str, anyio.CapacityLimiter] = {}
+        self._global = _Limit(max_concurrency)
+        self._functions: dict[str, _Limit] = {}
+        self._waiters: deque[_Waiter] = deque()
         self.waits_total = 0
         self.waits_by_function: dict[str, int] = {}
         self.timeouts_total = 0
@@ -42,77 +68,107 @@ class Slots:
         return max(1, min(capacity, self.max_concurrency))
 
     def resize(self, function: str, capacity: int) -> None:
-        """Set the function's limit (clipped); takes effect for new acquisitions."""
+        """Set the function's limit (clipped). Growing admits waiters at once;
+        shrinking lets running invocations finish and limits new ones."""
         total = self.effective(capacity)
-        limiter = self._functions.get(function)
-        if limiter is None:
-            self._functions[function] = anyio.CapacityLimiter(total)
+        limit = self._functions.get(function)
+        if limit is None:
+            self._functions[function] = _Limit(total)
         else:
-            limiter.total_tokens = total
+            limit.total = total
+            self._grant()
 
     def forget(self, function: str) -> None:
-        """Drop a removed function's limiter (holders still release to it)."""
+        """Drop a removed function's limit (holders still release to it)."""
         self._functions.pop(function, None)
         self.waits_by_function.pop(function, None)
 
     def capacity(self, function: str) -> int:
-        limiter = self._functions.get(function)
-        return int(limiter.total_tokens) if limiter is not None else self.max_concurrency
+        limit = self._functions.get(function)
+        return limit.total if limit is not None else self.max_concurrency
 
-    @asynccontextmanager
-    async def acquire(self, function: str) -> AsyncIterator[None]:
-        """Hold the global then the function slot for the body's duration."""
-        limiter = self._functions.get(function)
-        if limiter is None:
-            limiter = self._functions[function] = anyio.CapacityLimiter(self.max_concurrency)
-        borrower = object()
-        held: list[anyio.CapacityLimiter] = []
-        # Fast path (no cancel scope, no timer): both slots free right now.
-        for each in (self._global, limiter):
-            try:
-                each.acquire_on_behalf_of_nowait(borrower)
-            except anyio.WouldBlock:
-                break
-            held.append(each)
-        if len(held) < 2:
-            await self._wait(function, limiter, borrower, held)
-        self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            limiter.release_on_behalf_of(borrower)
-            self._global.release_on_behalf_of(borrower)
+    def acquire(self, function: str) -> _Held:
+        """``async with slots.acquire(fn):`` holds both slots for the body."""
+        return _Held(self, function)
 
-    async def _wait(
-        self,
-        function: str,
-        limiter: anyio.CapacityLimiter,
-        borrower: object,
-        held: list[anyio.CapacityLimiter],
-    ) -> None:
-        """Take the slots not ``held`` yet within the bounded wait, or give back
-        what is held and raise ``SlotUnavailable``."""
-        self._count_wait(function)
+    # --- internals ------------------------------------------------------------------
+    async def _take(self, function: str) -> _Limit:
+        limit = self._functions.get(function)
+        if limit is None:
+            limit = self._functions[function] = _Limit(self.max_concurrency)
+        if self._global.used < self._global.total and limit.used < limit.total:
+            self._hold(limit)
+            return limit
+        self.waits_total += 1
+        self.waits_by_function[function] = self.waits_by_function.get(function, 0) + 1
+        waiter = _Waiter(limit)
+        self._waiters.append(waiter)
         try:
-            with anyio.move_on_after(self.wait_s) as scope:
-                for each in (self._global, limiter)[len(held) :]:
-                    await each.acquire_on_behalf_of(borrower)
-                    held.append(each)
+            with anyio.move_on_after(self.wait_s):
+                await waiter.wake.wait()
         except BaseException:
-            # cancelled from outside while waiting (shutdown): give back what we took
-            for each in held:
-                each.release_on_behalf_of(borrower)
+            # cancelled from outside (shutdown): give back a slot granted meanwhile
+            self._abandon(waiter)
             raise
-        if scope.cancelled_caught:
-            for each in held:
-                each.release_on_behalf_of(borrower)
+        if not waiter.granted:  # granted as the timer fired: the slot is ours
+            self._abandon(waiter)
             self.timeouts_total += 1
             raise SlotUnavailable(
                 f'function "{function}": no concurrency slot within {self.wait_s:g}s; '
                 "left pending for redelivery"
             )
+        return limit
 
-    def _count_wait(self, function: str) -> None:
-        self.waits_total += 1
-        self.waits_by_function[function] = self.waits_by_function.get(function, 0) + 1
+    def _hold(self, limit: _Limit) -> None:
+        self._global.used += 1
+        limit.used += 1
+        self.in_flight += 1
+
+    def _release(self, limit: _Limit) -> None:
+        self._global.used -= 1
+        limit.used -= 1
+        self.in_flight -= 1
+        if self._waiters:
+            self._grant()
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        if waiter.granted:
+            self._release(waiter.limit)
+        else:
+            self._waiters.remove(waiter)
+
+    def _grant(self) -> None:
+        """Hand free slots to the oldest waiters that can run now."""
+        waiters = self._waiters
+        for waiter in list(waiters):
+            if self._global.used >= self._global.total:
+                return
+            if waiter.limit.used < waiter.limit.total:
+                waiters.remove(waiter)
+                self._hold(waiter.limit)
+                waiter.granted = True
+                waiter.wake.set()
+
+
+class _Held:
+    """One acquisition, as an async context manager (no generator per event)."""
+
+    __slots__ = ("_function", "_limit", "_slots")
+
+    def __init__(self, slots: Slots, function: str) -> None:
+        self._slots = slots
+        self._function = function
+        self._limit: _Limit | None = None
+
+    async def __aenter__(self) -> None:
+        self._limit = await self._slots._take(self._function)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        limit, self._limit = self._limit, None
+        if limit is not None:
+            self._slots._release(limit)
