@@ -82,7 +82,7 @@ class RedisInvocationLedger:
     """:class:`relay.application.ports.InvocationLedger` on Redis."""
 
     def __init__(self, client: Redis, *, acked_ttl_s: int = ACKED_TTL_S) -> None:
-        self._channel = ScriptChannel(lambda: dedicated_connection(client))
+        self._channel = ScriptChannel(dedicated_connection(client))
         self._ttl = str(acked_ttl_s)
         self._begin = load_script("begin")
         self._finish = load_script("finish")

@@ -1,48 +1,50 @@
 """Lua scripts on one dedicated, pipelined connection: the ledger's hot path.
 
 Every handled event makes two script calls (``begin`` and ``finish``). They go
-through :class:`ScriptChannel`, which keeps one connection of the client's pool
-for itself and lets calls overlap on it:
+through :class:`ScriptChannel`, which speaks RESP itself on one connection of
+its own through an :class:`asyncio.Protocol`, with no task of its own:
 
-- *writing*: a caller whose call is not yet sent, while nobody is writing,
-  becomes the writer. It yields once, so the other messages of the same read
-  batch can queue their calls, then writes everything queued as one pipeline
-  (one ``send``), and again while more arrived during the write;
-- *reading*: replies come back in the order the calls were written. A caller
-  whose call is sent, while nobody is reading, becomes the reader: it reads
-  replies in order, hands each to its caller, and stops after its own call's
-  write batch; the oldest caller still waiting then takes over.
+- *writing*: a call is queued, and the first call of an event-loop iteration
+  schedules one flush for the end of that iteration (``loop.call_soon``). The
+  flush writes everything queued meanwhile with one ``transport.write``: the
+  calls of one read batch of messages share one round trip;
+- *reading*: a hiredis reader is fed in ``data_received``; replies come back in
+  the order the calls were written, and each one wakes the oldest call still
+  waiting. A new batch never waits for the previous batch's replies.
 
-So a new batch never waits for the previous batch's replies, and no background
-task is needed: the roles pass from caller to caller. Each call waits shielded
-and bounded (30 s), so a call handed to Redis reaches its caller. The command
-bytes are packed here (RESP), not by redis-py's generic encoder: a script call
-has a fixed shape, and packing was the biggest single cost of the old path.
+The connection is opened through the client's own pool (see
+:func:`dedicated_connection`), so it honours everything the client's URL says
+(host and port or Unix socket, user and password, database, TLS, the 5 s
+connect timeout); the channel then takes its transport over. The pool still
+closes it when the client is closed. Scripts are loaded (``SCRIPT LOAD``)
+ahead of their first call on each new connection, in the same write.
 
-Failures follow :func:`relay.adapters.redis.connection.redis_client`: a broken
-connection (a Redis restart) is re-opened and every call it left unanswered is
-sent once more (safe: each script is fenced by its token); a refused connection
-or a timeout fails the calls with :class:`DependencyUnavailable`, never retried.
-A ``NOSCRIPT`` reply (``SCRIPT FLUSH``, a restart) loads the script on the
-connection and sends the call again.
+Each call waits bounded (30 s) and shielded from its caller's cancellation, so
+a call handed to Redis reaches its caller. Failures follow
+:func:`relay.adapters.redis.connection.redis_client`: a broken connection (a
+Redis restart) is re-opened and every call it left unanswered is sent once more
+(safe: each script is fenced by its token); a refused connection or a timeout
+fails the calls with :class:`DependencyUnavailable`, never retried, and an
+error reply fails its call with the server's message. A ``NOSCRIPT`` reply
+(``SCRIPT FLUSH``, a restart) loads the script on the connection and sends the
+call again. Nothing here is retried more than once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import anyio
-import anyio.lowlevel
+import hiredis
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, ResponseError
 
 from relay.domain.errors import DependencyUnavailable
 
 SEND_TIMEOUT_S: Final = 30.0
-MAX_BATCH: Final = 256
 
 
 class LuaScript:
@@ -52,18 +54,17 @@ class LuaScript:
         self.name = name
         self.source = source
         self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
-        self._sha = self.sha.encode()
+        self._head = b"*%%d\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % self.sha.encode()
         self._load = _command(b"SCRIPT", b"LOAD", source.encode())
 
     def evalsha(self, keys: Sequence[str], args: Sequence[str]) -> bytes:
         """The packed ``EVALSHA`` command."""
-        return _command(
-            b"EVALSHA",
-            self._sha,
-            b"%d" % len(keys),
-            *(k.encode() for k in keys),
-            *(a.encode() for a in args),
-        )
+        nkeys = b"%d" % len(keys)
+        parts = [self._head % (3 + len(keys) + len(args)), b"$%d\r\n%s\r\n" % (len(nkeys), nkeys)]
+        for text in (*keys, *args):
+            raw = text.encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+        return b"".join(parts)
 
     def load_command(self) -> bytes:
         """The packed ``SCRIPT LOAD`` command."""
@@ -77,61 +78,95 @@ def _command(*parts: bytes) -> bytes:
     return b"".join(out)
 
 
-class ScriptConnection(Protocol):
-    """What the channel uses of a redis-py asyncio connection."""
-
-    @property
-    def is_connected(self) -> bool: ...
-
-    async def connect(self) -> None: ...
-
-    async def disconnect(self, nowait: bool = False) -> None: ...
-
-    async def send_packed_command(self, command: bytes, check_health: bool = True) -> None: ...
-
-    async def read_response(self) -> Any: ...
+OpenConnection = Callable[[asyncio.Protocol], Awaitable[None]]
+"""Opens a new connection (connected, authenticated, database selected) and
+attaches the given protocol to its transport (``connection_made``), or raises."""
 
 
-OpenConnection = Callable[[], Awaitable[ScriptConnection]]
+def dedicated_connection(client: Redis) -> OpenConnection:
+    """An :data:`OpenConnection` on one connection of ``client``'s pool that stays
+    checked out: redis-py connects it (so the URL's every option applies), then
+    the protocol takes its transport over. Opening again re-connects the same
+    connection; the pool still closes it when the client is closed."""
+    held: list[Any] = []
 
+    async def open_connection(protocol: asyncio.Protocol) -> None:
+        if held:
+            conn = held[0]
+            await conn.disconnect(nowait=True)
+            await conn.connect()
+        else:
+            conn = await client.connection_pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+            held.append(conn)
+        writer = getattr(conn, "_writer", None)  # redis-py's asyncio.StreamWriter
+        if writer is None:
+            raise RuntimeError("the redis connection has no stream to take over")
+        transport = writer.transport
+        replaced = transport.get_protocol()  # redis-py's StreamReaderProtocol
+        if isinstance(protocol, _Link):
+            protocol.replaced = replaced
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
 
-async def dedicated_connection(client: Redis) -> ScriptConnection:
-    """A connection of ``client``'s pool that stays checked out (the pool still
-    closes it when the client is closed)."""
-    conn: ScriptConnection = await client.connection_pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
-    return conn
+    return open_connection
 
 
 class _Call:
-    __slots__ = ("batch", "data", "done", "error", "reply", "retried", "script", "sent", "wake")
+    __slots__ = (
+        "batch", "data", "deadline", "done", "error", "future", "must_open", "reply",
+        "retried", "script",
+    )
 
-    def __init__(self, script: LuaScript | None, data: bytes) -> None:
-        self.script = script  # None: a SCRIPT LOAD sent ahead of a batch, reply ignored
+    def __init__(self, script: LuaScript, data: bytes, future: Any, deadline: float) -> None:
+        self.script = script
         self.data = data
-        self.sent = False
-        self.batch = 0
+        self.future: asyncio.Future[None] = future  # woken when done or told to open
+        self.deadline = deadline
+        self.batch = 0  # the flush that wrote it
         self.retried = False
+        self.must_open = False  # this caller opens the connection for everyone
         self.done = False
         self.reply: Any = None
         self.error: BaseException | None = None
-        self.wake: anyio.Event | None = None
-
-    def finish(self, reply: Any = None, error: BaseException | None = None) -> None:
-        self.reply, self.error, self.done = reply, error, True
-        self.notify()
-
-    def notify(self) -> None:
-        if self.wake is not None:
-            self.wake.set()
 
 
-def _wake_first(calls: deque[_Call]) -> None:
-    """Hand a free role to the oldest caller parked on it (one that gave up is not
-    parked; one still running checks the roles again on its own)."""
-    for call in calls:
-        if call.wake is not None:
-            call.wake.set()
+class _Link(asyncio.Protocol):
+    """One connection: the calls written on it, in order, and the scripts loaded."""
+
+    def __init__(self, channel: ScriptChannel) -> None:
+        self.channel: ScriptChannel | None = channel  # None once the channel dropped it
+        self.reader = hiredis.Reader()
+        self.transport: Any = None  # asyncio's or uvloop's: no isinstance checks
+        self.replaced: asyncio.BaseProtocol | None = None  # the protocol taken over
+        self.waiting: deque[_Call | None] = deque()  # None: a SCRIPT LOAD's reply
+        self.loaded: dict[str, int] = {}  # sha -> the flush that loaded it
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        channel = self.channel
+        if channel is None:
             return
+        reader = self.reader
+        reader.feed(data)
+        try:
+            while (reply := reader.gets()) is not False:
+                channel._reply(self, reply)
+                if self.channel is None:
+                    return  # dropped meanwhile (an unexpected reply)
+        except hiredis.ProtocolError as exc:
+            channel._broken(self, exc)
+
+    def eof_received(self) -> bool:
+        return False  # close; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.channel is not None:
+            self.channel._broken(self, exc or ConnectionResetError("closed by the server"))
+        if self.replaced is not None:  # redis-py waits for its own protocol to see it
+            self.replaced.connection_lost(exc)
+            self.replaced = None
 
 
 class ScriptChannel:
@@ -142,160 +177,223 @@ class ScriptChannel:
     ) -> None:
         self._open = open_connection
         self._timeout_s = timeout_s
-        self._conn: ScriptConnection | None = None
-        self._unsent: deque[_Call] = deque()
-        self._waiting: deque[_Call] = deque()  # written, replies due in this order
-        self._loaded: set[str] = set()  # scripts loaded on the current connection
-        self._writing = False
-        self._reading = False
+        self._link: _Link | None = None
+        self._opening = False
+        self._unsent: list[_Call] = []
+        self._flush_due = False
+        self._watchdog: asyncio.TimerHandle | None = None
         self._batches = 0
-        self._generation = 0  # connections opened: an error of an older one is stale
-        self.round_trips = 0  # pipelines written (for the benches)
+        self.round_trips = 0  # writes made (for the benches)
         self.calls = 0
 
     async def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[str]) -> Any:
-        call = _Call(script, script.evalsha(keys, args))
-        self._unsent.append(call)
+        loop = asyncio.get_running_loop()
+        call = _Call(
+            script, script.evalsha(keys, args), loop.create_future(),
+            loop.time() + self._timeout_s,
+        )
         self.calls += 1
-        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + self._timeout_s):
+        self._queue(call)
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(call.deadline, self._check_deadlines)
+        with anyio.CancelScope(shield=True):
+            await call.future
             while not call.done:
-                if not call.sent and not self._writing:
-                    await self._write()
-                elif call.sent and not self._reading:
-                    await self._read_through(call)
+                if call.must_open:
+                    call.must_open = False
+                    await self._connect(call)
                 else:
-                    call.wake = anyio.Event()
-                    await call.wake.wait()
-                    call.wake = None
-        if not call.done:
-            # Our own deadline passed: a late reply is dropped by the reader.
-            if not call.sent:
-                self._unsent.remove(call)
-            raise DependencyUnavailable(f"redis ledger script {script.name} timed out")
+                    call.future = loop.create_future()
+                    await call.future
         if call.error is not None:
             raise call.error
         return call.reply
 
-    def _pass_roles(self) -> None:
-        """After a role is given up: hand each free role with work behind it to the
-        oldest caller parked on it. Both, always: while one caller wrote, a reader
-        may have answered that writer's own call and left, and the writer then
-        returns without reading what it wrote after."""
-        if not self._writing:
-            _wake_first(self._unsent)
-        if not self._reading:
-            _wake_first(self._waiting)
-
     # --- writing -------------------------------------------------------------------------
 
-    async def _write(self) -> None:
-        self._writing = True
-        try:
-            await anyio.lowlevel.checkpoint()  # let the rest of this read batch queue up
-            while self._unsent:
-                await self._write_batch()
-        finally:
-            self._writing = False
-            self._pass_roles()
+    def _queue(self, call: _Call) -> None:
+        self._unsent.append(call)
+        if self._link is not None:
+            if not self._flush_due:
+                self._flush_due = True
+                asyncio.get_running_loop().call_soon(self._flush)
+        elif not self._opening:
+            self._hand_open()
 
-    async def _write_batch(self) -> None:
-        batch = [self._unsent.popleft() for _ in range(min(MAX_BATCH, len(self._unsent)))]
-        try:
-            conn = await self._connection()
-        except Exception as exc:  # noqa: BLE001 - refused: each caller gets the error
-            error = DependencyUnavailable(f"redis ledger connection failed: {exc}")
-            for call in batch:
-                call.finish(error=error)
-            return
+    def _flush(self) -> None:
+        self._flush_due = False
+        link = self._link
+        if link is None or not self._unsent:
+            return  # the calls wait for the connection being opened
+        calls, self._unsent = self._unsent, []
         self._batches += 1
-        loads = [
-            _Call(None, script.load_command())
-            for script in {c.script.sha: c.script for c in batch if c.script}.values()
-            if script.sha not in self._loaded
-        ]
-        self._loaded.update(c.script.sha for c in batch if c.script)
-        for call in (*loads, *batch):
-            call.sent, call.batch = True, self._batches
-            self._waiting.append(call)
+        batch = self._batches
+        waiting, loaded = link.waiting, link.loaded
+        parts: list[bytes] = []
+        for call in calls:
+            script = call.script
+            if script.sha not in loaded:
+                loaded[script.sha] = batch
+                parts.append(script.load_command())
+                waiting.append(None)
+            parts.append(call.data)
+            call.batch = batch
+            waiting.append(call)
         self.round_trips += 1
-        generation = self._generation
-        try:
-            await conn.send_packed_command(
-                b"".join(c.data for c in (*loads, *batch)), check_health=False
-            )
-        except BaseException as exc:
-            await self._broken(exc, generation)
-            if not isinstance(exc, Exception):
-                raise
+        link.transport.write(b"".join(parts))
 
-    async def _connection(self) -> ScriptConnection:
-        if self._conn is None:
-            self._conn = await self._open()
-        elif self._conn.is_connected:
-            return self._conn
+    def _hand_open(self) -> None:
+        """Nobody is connected or connecting: the oldest queued caller opens."""
+        if self._link is None and not self._opening and self._unsent:
+            self._opening = True
+            call = self._unsent[0]
+            call.must_open = True
+            _wake(call)
+
+    async def _connect(self, opener: _Call) -> None:
+        link = _Link(self)
+        failure: Exception | None = None
+        try:
+            # anyio's clock on asyncio is the loop's: the opener's own deadline bounds it
+            with anyio.CancelScope(deadline=opener.deadline) as scope:
+                await self._open(link)
+        except Exception as exc:  # noqa: BLE001 - refused: each caller gets the error
+            failure = exc
         else:
-            await self._conn.connect()
-        self._generation += 1
-        self._loaded.clear()
-        return self._conn
+            if scope.cancelled_caught:
+                failure = TimeoutError("timed out")
+        self._opening = False
+        if failure is not None:
+            link.channel = None
+            if link.transport is not None:
+                link.transport.abort()
+            error = DependencyUnavailable(
+                f"redis ledger connection failed: {str(failure) or type(failure).__name__}"
+            )
+            calls, self._unsent = self._unsent, []
+            for call in calls:
+                _finish(call, error=error)
+            return
+        self._link = link
+        self._flush()
 
     # --- reading -------------------------------------------------------------------------
 
-    async def _read_through(self, own: _Call) -> None:
-        """Read replies until ``own`` and the rest of its write batch are answered."""
-        self._reading = True
-        generation = self._generation
-        try:
-            while self._waiting and (not own.done or self._waiting[0].batch <= own.batch):
-                await self._read_one()
-        except BaseException as exc:
-            await self._broken(exc, generation)
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            self._reading = False
-            self._pass_roles()
-
-    async def _read_one(self) -> None:
-        conn = self._conn
-        assert conn is not None  # a call is only waiting once written
-        try:
-            reply: Any = await conn.read_response()
-            error: BaseException | None = None
-        except ResponseError as exc:  # an error reply: the stream itself is intact
-            reply, error = None, exc
-        call = self._waiting.popleft()
-        if call.script is None:
-            return  # a SCRIPT LOAD: a failure shows as NOSCRIPT on the call after it
-        if isinstance(error, NoScriptError) and not call.retried:
-            self._loaded.discard(call.script.sha)  # flushed: load again, send again
-            self._requeue(call)
-        elif error is not None:
-            call.finish(error=DependencyUnavailable(f"redis ledger script failed: {error}"))
-        else:
-            call.finish(reply)
-
-    def _requeue(self, call: _Call) -> None:
-        call.retried, call.sent = True, False
-        self._unsent.append(call)
-
-    async def _broken(self, exc: BaseException, generation: int) -> None:
-        """The connection is in an unknown state: close it; what it left unanswered
-        is sent once more on a new one, unless this was a timeout or cancellation.
-        An error of an older connection changes nothing: that one was handled."""
-        if generation != self._generation:
+    def _reply(self, link: _Link, reply: Any) -> None:
+        if not link.waiting:
+            self._broken(link, ConnectionError("a reply nobody asked for"))
             return
-        conn = self._conn
-        if conn is not None:
-            with anyio.CancelScope(shield=True):
-                await conn.disconnect(nowait=True)
-        retry = isinstance(exc, Exception) and not isinstance(exc, TimeoutError)
+        call = link.waiting.popleft()
+        if call is None:
+            return  # a SCRIPT LOAD: a failure shows as NOSCRIPT on the call after it
+        if type(reply) is hiredis.ReplyError:
+            message = str(reply)
+            if message.startswith("NOSCRIPT") and not call.retried:
+                sha = call.script.sha
+                if link.loaded.get(sha, 0) <= call.batch:  # no load sent after it: load again
+                    link.loaded.pop(sha, None)
+                self._requeue([call])
+                return
+            _finish(
+                call,
+                error=DependencyUnavailable(
+                    f"redis ledger script {call.script.name} failed: {message}"
+                ),
+            )
+            return
+        call.reply, call.done = reply, True
+        future = call.future
+        if not future.done():
+            future.set_result(None)
+
+    def _requeue(self, calls: list[_Call]) -> None:
+        """Send once more, ahead of what is queued (they were written first)."""
+        for call in calls:
+            call.retried = True
+        self._unsent[:0] = calls
+        if self._link is not None:
+            if not self._flush_due:
+                self._flush_due = True
+                asyncio.get_running_loop().call_soon(self._flush)
+        else:
+            self._hand_open()
+
+    def _drop(self, link: _Link) -> list[_Call]:
+        """Forget ``link`` and close it; the calls it left unanswered."""
+        if link is self._link:
+            self._link = None
+        link.channel = None
+        if link.transport is not None and not link.transport.is_closing():
+            link.transport.abort()
+        unanswered = [call for call in link.waiting if call is not None and not call.done]
+        link.waiting.clear()
+        return unanswered
+
+    def _broken(self, link: _Link, exc: BaseException) -> None:
+        """The connection broke (a restart, a reset): what it left unanswered is
+        sent once more on a new one."""
+        if link.channel is not self:
+            return
+        again: list[_Call] = []
         error = DependencyUnavailable(f"redis ledger call was not answered: {exc!r}")
-        while self._waiting:
-            call = self._waiting.popleft()
-            if call.script is None:
-                continue
-            if retry and not call.retried:
-                self._requeue(call)
+        for call in self._drop(link):
+            if call.retried:
+                _finish(call, error=error)
             else:
-                call.finish(error=error)
+                again.append(call)
+        self._requeue(again)
+        self._hand_open()  # calls queued meanwhile need the new connection too
+
+    # --- deadlines -----------------------------------------------------------------------
+
+    def _check_deadlines(self) -> None:
+        """Fail the calls whose deadline passed. A written call that is overdue
+        means the connection is stuck (a paused server, a partition): it is
+        dropped, and every call waiting on it fails (timeouts are not retried)."""
+        self._watchdog = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        overdue = [call for call in self._unsent if call.deadline <= now]
+        if overdue:
+            self._unsent = [call for call in self._unsent if call.deadline > now]
+            for call in overdue:
+                _finish(call, error=_timed_out(call, self._timeout_s))
+        link = self._link
+        if link is not None and any(
+            call is not None and call.deadline <= now for call in link.waiting
+        ):
+            for call in self._drop(link):
+                if call.deadline <= now:
+                    _finish(call, error=_timed_out(call, self._timeout_s))
+                else:
+                    _finish(
+                        call,
+                        error=DependencyUnavailable(
+                            "redis ledger call was not answered: the connection was "
+                            "dropped after a call timed out"
+                        ),
+                    )
+            self._hand_open()
+        pending = [call.deadline for call in self._unsent]
+        if self._link is not None:
+            pending += [call.deadline for call in self._link.waiting if call is not None]
+        if pending:
+            self._watchdog = loop.call_at(min(pending), self._check_deadlines)
+
+
+def _timed_out(call: _Call, timeout_s: float) -> DependencyUnavailable:
+    return DependencyUnavailable(
+        f"redis ledger script {call.script.name} timed out after {timeout_s:g} s"
+    )
+
+
+def _wake(call: _Call) -> None:
+    if not call.future.done():
+        call.future.set_result(None)
+
+
+def _finish(call: _Call, reply: Any = None, error: BaseException | None = None) -> None:
+    if call.done:
+        return
+    call.reply, call.error, call.done = reply, error, True
+    _wake(call)
