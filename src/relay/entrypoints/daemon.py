@@ -46,7 +46,7 @@ def main(env: Mapping[str, str], functions_dir: Path) -> int:
         return EXIT_FAILURE
     configure_logging(settings.log_level)
     try:
-        anyio.run(run, settings, functions_dir, backend_options=_backend_options())
+        anyio.run(run, settings, functions_dir, backend_options=loop_options())
     except RelayError as exc:
         log.error("startup_failed", error=str(exc))  # noqa: TRY400 - a RelayError is one line, no traceback
         sys.stderr.write(f"relay: {exc}\n")
@@ -56,7 +56,7 @@ def main(env: Mapping[str, str], functions_dir: Path) -> int:
     return EXIT_OK
 
 
-def _backend_options() -> dict[str, bool]:
+def loop_options() -> dict[str, bool]:
     """uvloop when it is installed: about 8% less worker CPU per handled event
     (bench/profile_worker.py, side by side); the stdlib loop otherwise."""
     if importlib.util.find_spec("uvloop") is None:
