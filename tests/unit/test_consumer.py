@@ -205,3 +205,24 @@ async def test_one_recovery_pass_hands_back_more_than_a_buffer_full() -> None:
     assert handed == 40
     assert sorted(seen) == sorted(ids)
     assert buffer.occupancy == 0
+
+
+async def test_messages_are_dispatched_by_at_most_one_task_per_buffer_place() -> None:
+    stream = stream_with_events(60)
+    buffer = MessageBuffer(4)
+    seen: list[str] = []
+    tasks: set[int] = set()
+
+    async def dispatch(message: StreamMessage) -> None:
+        tasks.add(anyio.get_current_task().id)
+        await anyio.lowlevel.checkpoint()
+        seen.append(message.id)
+
+    loop = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
+    async with anyio.create_task_group() as tg:
+        await tg.start(loop.run)
+        await wait_for(lambda: len(seen) == 60)
+        tg.cancel_scope.cancel()
+    assert sorted(seen) == sorted(stream.entries)  # each message once
+    assert len(tasks) <= 4  # the dispatching tasks are reused, not one per message
+    assert buffer.occupancy == 0

@@ -13,6 +13,7 @@ one line when it answers again (:class:`ConnectionHealth`).
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
@@ -111,6 +112,38 @@ async def _dispatch_one(dispatch: Dispatch, buffer: MessageBuffer, message: Stre
         buffer.release(message.id)
 
 
+class Dispatchers:
+    """Long-lived tasks that dispatch the messages a loop hands them.
+
+    A task is started only when every existing one is busy, and then stays for
+    the next message, so there are never more than the buffer holds. Starting a
+    task per message (a cancel scope, an event and callbacks in anyio) cost
+    more than the message's own bookkeeping.
+    """
+
+    def __init__(self, tg: TaskGroup, dispatch: Dispatch, buffer: MessageBuffer) -> None:
+        self._tg = tg
+        self._dispatch = dispatch
+        self._buffer = buffer
+        self._queue: deque[StreamMessage] = deque()
+        self._idle: deque[anyio.Event] = deque()
+
+    def hand(self, message: StreamMessage) -> None:
+        self._queue.append(message)
+        if self._idle:
+            self._idle.popleft().set()
+        else:
+            self._tg.start_soon(self._work)
+
+    async def _work(self) -> None:
+        while True:
+            while self._queue:
+                await _dispatch_one(self._dispatch, self._buffer, self._queue.popleft())
+            wake = anyio.Event()
+            self._idle.append(wake)
+            await wake.wait()
+
+
 class ConsumerLoop:
     """Reads new messages (``XREADGROUP ... >``) as fast as the buffer frees up."""
 
@@ -135,6 +168,7 @@ class ConsumerLoop:
         await self._ensure_group()
         task_status.started()
         async with anyio.create_task_group() as tg:
+            workers = Dispatchers(tg, self._dispatch, self._buffer)
             # Read again once half the buffer is free: a read then brings several
             # messages (fewer XREADGROUPs per event under load) while the other
             # half keeps the concurrency slots busy. An idle worker reads at once.
@@ -151,7 +185,7 @@ class ConsumerLoop:
                 self.health.succeeded()
                 for message in messages:
                     if self._buffer.take(message.id):
-                        tg.start_soon(_dispatch_one, self._dispatch, self._buffer, message)
+                        workers.hand(message)
 
     async def _ensure_group(self) -> None:
         while True:
