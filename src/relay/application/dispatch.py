@@ -257,24 +257,21 @@ class MessageDispatcher:
         by_field = {p.field: p for p in plan}
         claimed = [s for s in statuses if s.status == CLAIMED]
         runs: list[_Run] = []
-        settled: Settlement | None = None
+        blocked = any(not p.ready for p in plan)
         try:
             for status in claimed:
                 runs.append(await self._attempt(ctx, payload, by_field[status.field], status))
-        finally:
-            # Shutdown (or any error) before a claim ran releases it: no attempt charged.
+        except BaseException:
+            # Shutdown (or any error) before a claim ran releases it: no attempt
+            # charged. What did run is still recorded, shielded and bounded.
             for status in claimed[len(runs) :]:
                 runs.append(_released(ctx, by_field[status.field], status, "shutdown"))
-            blocked = any(not p.ready for p in plan)
-            finish = FinishRequest(
-                context=ctx,
-                token=token,
-                reports=tuple(r.report for r in runs),
-                gates=tuple(by_field),
-                blocked=blocked,
-            )
             with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _CLEANUP_S):
-                settled = await self._finish(ctx, finish)
+                await self._finish(ctx, _finish_request(ctx, token, runs, by_field, blocked))
+            raise
+        # The usual path needs no shield of its own: a ledger call, once made,
+        # completes even if this task is cancelled meanwhile (the port's promise).
+        settled = await self._finish(ctx, _finish_request(ctx, token, runs, by_field, blocked))
         if settled is None:
             for run in runs:
                 _log_results(run.events)
@@ -354,6 +351,18 @@ class MessageDispatcher:
         except Exception as exc:  # noqa: BLE001 - an adapter bug is a failed attempt, never a lost message
             _log.exception("invocation_crashed", function=fn, handler=handler)
             return InvocationResult(ok=False, error=failure_message(fn, handler, repr(exc)))
+
+
+def _finish_request(
+    ctx: MessageContext, token: str, runs: list[_Run], by_field: dict[str, _Planned], blocked: bool
+) -> FinishRequest:
+    return FinishRequest(
+        context=ctx,
+        token=token,
+        reports=tuple(r.report for r in runs),
+        gates=tuple(by_field),
+        blocked=blocked,
+    )
 
 
 class _Run(msgspec.Struct, frozen=True):

@@ -87,6 +87,9 @@ class InvocationLedger(Protocol):
     its dead-letter entries and its acknowledgment, each call one atomic step.
 
     Implemented by ``relay.adapters.redis.ledger.RedisInvocationLedger``.
+    A call, once made, runs to its end (or its own bounded timeout) even when
+    the calling task is cancelled meanwhile: the result of a handler that ran
+    is not dropped on the way to the ledger by a shutdown.
     """
 
     async def begin(self, request: BeginRequest) -> BeginResult:
