@@ -20,6 +20,7 @@ from relay.adapters.docker.containers import ContainerSpec, ExecutionContainer, 
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.application.concurrency import Slots
 from relay.application.environment import resolve_environment
+from relay.domain.durations import SECOND
 from relay.domain.events import ContainerAcquired, ContainerDiscarded
 from relay.domain.execution import InvocationResult
 from tests.integration.runtime_support import (
@@ -114,6 +115,35 @@ async def test_sequential_invocations_reuse_one_container_and_keep_module_state(
         assert outcomes == ["cold", "warm", "warm"]
         assert captured.published == captured.events  # the bus path sees the same events
         assert len(await worker_containers(docker, f"w-{unique}")) == 1
+
+
+async def test_pool_events_reach_the_bus_in_order_while_another_invocation_runs(
+    image: str, unique: str
+) -> None:
+    # published in batches: never lost, reordered or held until the slow one ends
+    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+        runtime.activate(FN, image, PY, 2)
+        slow_done = anyio.Event()
+
+        async def slow() -> None:
+            sleep = request(FN, "probe.sleep", {"s": 5}, timeout_ns=30 * SECOND)
+            assert_ok(await runtime.invoke(sleep))
+            slow_done.set()
+
+        async def caught_up() -> bool:
+            assert_ok(await runtime.invoke(request(FN, "probe.hello")))
+            return captured.published == captured.events
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            await poll(lambda: any("SLEEPING" in line for line in captured.lines), what="busy")
+            assert_ok(await runtime.invoke(request(FN, "probe.hello")))  # the second, cold
+            await poll(caught_up, what="the bus to see the fast invocations' events")
+            assert not slow_done.is_set()
+        assert captured.published == captured.events
+        outcomes = [e.outcome for e in captured.events if isinstance(e, ContainerAcquired)]
+        assert outcomes[:2] == ["cold", "cold"]
+        assert set(outcomes[2:]) == {"warm"}
 
 
 async def test_output_is_forwarded_line_by_line_with_the_prefix(image: str, unique: str) -> None:

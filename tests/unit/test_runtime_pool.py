@@ -138,3 +138,45 @@ async def test_close_discards_idle_as_shutdown() -> None:
     assert pool.close() == [idle]
     assert pool.release(busy) == "shutdown"
     assert pool.discards == {"shutdown": 2}
+
+
+async def test_lease_idle_is_the_warm_path_without_waiting() -> None:
+    pool, seen = make_pool()
+    assert pool.lease_idle() is None  # nothing idle: the caller goes through lease()
+    assert pool.snapshot().starting == 0  # and nothing was reserved
+    first = await cold(pool)
+    pool.release(first)
+    seen.clear()
+    assert pool.lease_idle() is first
+    (acquired,) = seen
+    assert isinstance(acquired, ContainerAcquired)
+    assert acquired.outcome == "warm"
+    assert pool.snapshot().warm_acquires == 1
+    pool.release(first)
+    pool.close()
+    assert pool.lease_idle() is None
+
+
+async def test_idle_eviction_keeps_everything_when_the_oldest_is_fresh() -> None:
+    pool, seen = make_pool(capacity=2)
+    a, b = await cold(pool), await cold(pool)
+    pool.release(a)
+    pool.release(b)
+    a.last_used, b.last_used = 280.0, 290.0
+    seen.clear()
+    assert pool.evict_idle(60.0, now=300.0) == []
+    assert pool.idle == [a, b]
+    assert seen == []
+
+
+async def test_a_new_version_container_is_kept_while_old_ones_still_run() -> None:
+    # the pool's total is at capacity, but old-version busy containers do not count
+    pool, _ = make_pool(capacity=2)
+    old_a, old_b = await cold(pool), await cold(pool)
+    assert pool.activate("img:2", "python3.14", 2) == []
+    fresh = await cold(pool)
+    assert fresh.image == "img:2"
+    assert pool.release(fresh) is None
+    assert pool.idle == [fresh]
+    assert pool.release(old_a) == "image_changed"
+    assert pool.release(old_b) == "image_changed"

@@ -50,6 +50,7 @@ class FunctionPool:
     runtime: str
     capacity: int
     observe: Observer
+    # in release order (oldest first): only release appends, with last_used = now
     idle: list[PooledContainer] = field(default_factory=list)
     busy: set[PooledContainer] = field(default_factory=set)
     starting: int = 0
@@ -67,6 +68,13 @@ class FunctionPool:
         busy_current = sum(1 for c in self.busy if c.image == self.image)
         return len(self.idle) + busy_current + self.starting
 
+    def lease_idle(self) -> PooledContainer | None:
+        """An idle container at once (warm), or ``None`` (then :meth:`lease`):
+        the warm path without a coroutine."""
+        if self.idle and not (self.removed or self.closed):
+            return self._take_warm(time.monotonic())
+        return None
+
     async def lease(self) -> PooledContainer | None:
         """An idle container (warm), or ``None``: a reserved start the caller must
         complete with :meth:`started` or :meth:`start_failed` (cold)."""
@@ -76,17 +84,7 @@ class FunctionPool:
             if self.removed or self.closed:
                 raise RuntimeUnavailable(f'function "{self.function}" is not active')
             if self.idle:
-                container = self.idle.pop()  # most recently used: keeps the set small
-                self.busy.add(container)
-                self.warm_acquires += 1
-                self.observe(
-                    ContainerAcquired(
-                        function=self.function,
-                        outcome=ACQUIRE_WARM,
-                        wait_s=time.monotonic() - begun,
-                    )
-                )
-                return container
+                return self._take_warm(begun)
             if self.current_count() < self.capacity:
                 self.starting += 1
                 return None
@@ -101,6 +99,17 @@ class FunctionPool:
             finally:
                 if event in self._waiters:
                     self._waiters.remove(event)
+
+    def _take_warm(self, begun: float) -> PooledContainer:
+        container = self.idle.pop()  # most recently used: keeps the set small
+        self.busy.add(container)
+        self.warm_acquires += 1
+        self.observe(
+            ContainerAcquired(
+                function=self.function, outcome=ACQUIRE_WARM, wait_s=time.monotonic() - begun
+            )
+        )
+        return container
 
     def started(self, container: PooledContainer, begun: float) -> None:
         self.starting -= 1
@@ -127,7 +136,11 @@ class FunctionPool:
             reason = DISCARD_FUNCTION_REMOVED
         elif container.image != self.image:
             reason = DISCARD_IMAGE_CHANGED
-        elif self.current_count() >= self.capacity:
+        elif (
+            # every container counted is at most the current ones: no need to count those
+            len(self.idle) + len(self.busy) + self.starting >= self.capacity
+            and self.current_count() >= self.capacity
+        ):
             reason = DISCARD_CONCURRENCY_SHRINK
         if reason is None:
             container.last_used = time.monotonic()
@@ -179,6 +192,9 @@ class FunctionPool:
         return gone
 
     def evict_idle(self, idle_timeout_s: float, now: float) -> list[PooledContainer]:
+        # idle is in release order: when the front is fresh, all are (the common case)
+        if not self.idle or now - self.idle[0].last_used < idle_timeout_s:
+            return []
         stale = [c for c in self.idle if now - c.last_used >= idle_timeout_s]
         for container in stale:
             self.idle.remove(container)

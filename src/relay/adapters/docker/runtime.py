@@ -5,8 +5,11 @@ housekeeping task (idle eviction, removal of containers discarded outside an
 invocation). Pool events (``ContainerAcquired``, ``ContainerDiscarded``,
 ``ContainerWaited`` from ``relay.domain.events``) go to ``observer`` (a sync
 callable, called at once) and/or ``publish`` (an async callable taking a batch,
-e.g. ``MessageBus.publish``, awaited at the end of each invocation and each
-housekeeping pass). Live gauges come from :meth:`snapshot`.
+e.g. ``MessageBus.publish``). Published batches keep the events' order and
+values; a batch is awaited when an invocation ends and no other is in flight
+(so a lone invocation's events are published before it returns), under load at
+least every ``FLUSH_AFTER_S`` or ``FLUSH_BATCH`` events, and at each
+housekeeping pass and at close. Live gauges come from :meth:`snapshot`.
 """
 
 from __future__ import annotations
@@ -14,9 +17,8 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiodocker
 import anyio
@@ -33,7 +35,7 @@ from relay.adapters.docker.containers import (
     start_container,
 )
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
-from relay.adapters.docker.pool import FunctionPool, Observer
+from relay.adapters.docker.pool import FunctionPool, Observer, PooledContainer
 from relay.domain.execution import (
     DISCARD_EVICTED,
     DISCARD_PROCESS_EXIT,
@@ -54,6 +56,12 @@ log = structlog.get_logger(__name__)
 # A container that cannot be created, attached and started in this long is
 # treated as an engine failure (the handler never ran).
 START_TIMEOUT_S = 60.0
+# Pool events are published in batches: when an invocation ends and none is in
+# flight any more, or once this many are waiting, or the oldest has waited this
+# long (else by the next housekeeping pass). Publishing after every invocation
+# cost more than the rest of Relay's warm path.
+FLUSH_BATCH = 64
+FLUSH_AFTER_S = 0.25
 
 
 def _stdout_line(line: str) -> None:
@@ -65,8 +73,7 @@ def _ignore(_: DomainEvent) -> None:
     return None
 
 
-@dataclass(frozen=True)
-class _Ran:
+class _Ran(NamedTuple):
     ok: bool
     error: str
     reason: str | None
@@ -99,7 +106,9 @@ class DockerContainerRuntime:
         # worker-global bound on execution containers (set it >= MAX_CONCURRENCY:
         # then an idle one can always be retired when the bound is reached)
         self._max_containers = max_containers
-        self._events: list[DomainEvent] = []
+        self._events: list[DomainEvent] = []  # observed, not yet published
+        self._events_since = 0.0  # when the oldest of them was observed
+        self._in_flight = 0  # invocations between their start and their result
         self._pools: dict[str, FunctionPool] = {}
         self._pending: list[ExecutionContainer] = []  # discarded, still to remove
         self._wake_housekeeping = anyio.Event()
@@ -168,10 +177,26 @@ class DockerContainerRuntime:
         pool = self._pools.get(request.function)
         if pool is None or pool.removed or self._closed:
             raise RuntimeUnavailable(f'function "{request.function}" is not active')
+        self._in_flight += 1
+        try:
+            result = await self._invoke(pool, request)
+        finally:
+            self._in_flight -= 1
+        if self._events and (
+            self._in_flight == 0
+            or len(self._events) >= FLUSH_BATCH
+            or time.monotonic() - self._events_since >= FLUSH_AFTER_S
+        ):
+            await self._flush_events()
+        return result
+
+    async def _invoke(self, pool: FunctionPool, request: InvocationRequest) -> InvocationResult:
         self._dispose(pool.evict_idle(self._idle_timeout_s, time.monotonic()))
         if self._task_group is None:
             await self._remove_pending()
-        container = await self._lease_live(pool)
+        container = pool.lease_idle()  # the warm path, without awaiting the pool
+        if not isinstance(container, ExecutionContainer) or container.exited():
+            container = await self._lease_live(pool, container)
         begun = time.monotonic()
         try:
             ran = await self._run(container, request)
@@ -196,7 +221,6 @@ class DockerContainerRuntime:
             await container.destroy()
         if pool.removed and pool.drained() and self._pools.get(request.function) is pool:
             del self._pools[request.function]
-        await self._flush_events()
         return InvocationResult(
             ok=ran.ok,
             error="" if ran.ok else failure_message(request.function, request.handler, ran.error),
@@ -225,8 +249,12 @@ class DockerContainerRuntime:
             return _Ran(False, f"lost the container's stream: {exc!r}", DISCARD_PROTOCOL_ERROR)
         return _Ran(ok, error, None)
 
-    async def _lease_live(self, pool: FunctionPool) -> ExecutionContainer:
-        container = await self._lease(pool)
+    async def _lease_live(
+        self, pool: FunctionPool, leased: PooledContainer | None = None
+    ) -> ExecutionContainer:
+        """A leased container whose process is alive (``leased``: one already taken)."""
+        container = await self._lease(pool) if leased is None else leased
+        assert isinstance(container, ExecutionContainer)
         while container.exited():
             # died while idle (killed, out of memory, its own deadline): not this
             # event's fault, so it never runs on it
@@ -239,6 +267,8 @@ class DockerContainerRuntime:
     def _observe(self, event: DomainEvent) -> None:
         self._observer(event)
         if self._publish is not None:
+            if not self._events:
+                self._events_since = time.monotonic()
             self._events.append(event)
 
     async def _flush_events(self) -> None:
