@@ -6,8 +6,9 @@ reports the CPU this process spent per message (``time.process_time``: robust
 while others use the machine) and messages per second (wall clock: only
 indicative on a shared machine). ``old`` is the channel at a baseline commit
 (redis-py connection, roles handed from caller to caller), loaded from git into
-this process; ``new`` is the working tree's. The two alternate within each round
-and the figures are medians over the rounds. Redis is a throwaway one (see
+this process; ``new`` is the working tree's; ``lean`` is the yardstick, the bare protocol of
+``bench/_lean.py`` with none of the channel's guarantees. They alternate within
+each round and the figures are medians over the rounds. Redis is a throwaway one (see
 ``_redisbench.throwaway_redis``) unless ``--url`` is given.
 
     .venv/bin/python bench/ledger_calls.py [--messages 4000] [--rounds 7] [--loop both]
@@ -18,6 +19,7 @@ Prints figures only; nothing here asserts.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import secrets
 import statistics
@@ -32,10 +34,12 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from _lean import RespProtocol
 from _redisbench import add_burst, throwaway_redis
 
 from relay.adapters.redis.connection import redis_client
 from relay.adapters.redis.ledger import RedisInvocationLedger
+from relay.adapters.redis.scripts import LuaScript
 from relay.domain.invocation import Complete
 from relay.domain.outcome import (
     AttemptReport,
@@ -67,9 +71,33 @@ def baseline_scripts(commit: str) -> types.ModuleType:
     return module
 
 
+class LeanChannel:
+    """The yardstick: ``bench/_lean.py``'s bare protocol (no timeouts, shielding,
+    reconnects or NOSCRIPT handling) behind the channel's ``call``."""
+
+    def __init__(self, client: Any, scripts: list[LuaScript]) -> None:
+        self._client = client
+        self._scripts = scripts
+        self._protocol: Any = None
+
+    async def call(self, script: LuaScript, keys: list[str], args: list[str]) -> Any:
+        if self._protocol is None:
+            kwargs = self._client.connection_pool.connection_kwargs
+            _, protocol = await asyncio.get_running_loop().create_connection(
+                RespProtocol, kwargs.get("host", "localhost"), kwargs.get("port", 6379)
+            )
+            for each in self._scripts:
+                await protocol.call(each.load_command())
+            self._protocol = protocol
+        return await self._protocol.call(script.evalsha(keys, args))
+
+
 def ledger_for(variant: str, client: Any, old: types.ModuleType) -> RedisInvocationLedger:
     ledger = RedisInvocationLedger(client)
-    if variant == "old":
+    if variant == "lean":
+        scripts = [ledger._begin, ledger._finish, ledger._malformed]
+        ledger._channel = LeanChannel(client, scripts)  # type: ignore[assignment]  # same call()
+    elif variant == "old":
         # the baseline module has its own ScriptChannel class, with the same call()
         ledger._channel = old.ScriptChannel(lambda: old.dedicated_connection(client))
     return ledger
@@ -140,10 +168,10 @@ async def one_run(
 async def compare(url: str, args: argparse.Namespace, label: str) -> None:
     old = baseline_scripts(args.baseline)
     client = redis_client(url)
-    figures: dict[str, list[tuple[float, float]]] = {"old": [], "new": []}
+    figures: dict[str, list[tuple[float, float]]] = {"old": [], "new": [], "lean": []}
     try:
         for number in range(args.rounds):
-            order = ("old", "new") if number % 2 == 0 else ("new", "old")
+            order = ("old", "new", "lean") if number % 2 == 0 else ("lean", "new", "old")
             for variant in order:
                 run = await one_run(client, variant, old, args.messages, args.tasks)
                 figures[variant].append(run)
@@ -152,7 +180,7 @@ async def compare(url: str, args: argparse.Namespace, label: str) -> None:
     print(f"\n{label}: {args.messages} messages x {args.rounds} rounds, {args.tasks} tasks")
     print(f"  {'channel':8} {'CPU us/message':>15} {'messages/s':>11}   (medians; CPU per round)")
     medians = {}
-    for variant in ("old", "new"):
+    for variant in ("old", "new", "lean"):
         cpu = statistics.median(c for c, _ in figures[variant])
         rate = statistics.median(r for _, r in figures[variant])
         medians[variant] = cpu
@@ -160,6 +188,7 @@ async def compare(url: str, args: argparse.Namespace, label: str) -> None:
         print(f"  {variant:8} {cpu:15.1f} {rate:11.0f}   ({rounds})")
     saved = medians["old"] - medians["new"]
     print(f"  new/old CPU: {medians['new'] / medians['old']:.2f}  (saves {saved:.1f} us/message)")
+    print(f"  new above lean: {medians['new'] - medians['lean']:.1f} us/message")
 
 
 def main() -> None:

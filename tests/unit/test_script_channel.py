@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Any
 
 import anyio
@@ -496,3 +497,93 @@ async def test_a_cancelled_caller_still_gets_the_reply_of_a_call_handed_to_redis
     assert others == [b"theirs!"]
     assert await channel.call(ECHO, [], ["after"]) == b"after"
     assert server.ran == [b"warm", b"mine", b"theirs", b"after"]
+
+
+async def test_a_plain_asyncio_cancellation_interrupts_the_call_and_drops_its_reply() -> None:
+    """No anyio shield stops a bare ``Task.cancel()``; the channel lets it through
+    (as before) and the reply that comes later is dropped, not misdelivered."""
+    server = FakeServer()
+    network = Network(server)
+    channel = channel_on(network)
+    await channel.call(ECHO, [], ["warm"])
+    network.current.held = bytearray()
+    task = asyncio.get_running_loop().create_task(channel.call(ECHO, [], ["gone"]))
+    await anyio.wait_all_tasks_blocked()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    network.current.release_held()
+    assert await channel.call(OTHER, [], ["next"]) == b"next!"
+    assert len(network.transports) == 1
+
+
+async def test_when_the_caller_opening_the_connection_is_cancelled_another_opens_it() -> None:
+    network = Network(FakeServer())
+    network.connect_gate = anyio.Event()
+    channel = channel_on(network)
+    loop = asyncio.get_running_loop()
+    opener = loop.create_task(channel.call(ECHO, [], ["first"]))
+    await anyio.wait_all_tasks_blocked()  # the first caller is opening, held at the gate
+    second = loop.create_task(channel.call(ECHO, [], ["second"]))
+    await anyio.wait_all_tasks_blocked()
+    opener.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opener
+    network.connect_gate.set()
+    with anyio.fail_after(2):
+        assert await second == b"second"
+    assert network.server.ran == [b"second"]
+
+
+async def test_a_cancelled_caller_can_still_make_a_shielded_call_after_its_reply() -> None:
+    """The cancellation comes back at the caller's next checkpoint, as after any
+    shielded wait, and so stays out of a shielded clean-up that follows."""
+    network = Network(FakeServer())
+    channel = channel_on(network)
+    await channel.call(ECHO, [], ["warm"])
+    network.current.held = bytearray()
+    got: list[bytes] = []
+
+    async def caller(scope: anyio.CancelScope) -> None:
+        with scope:
+            got.append(await channel.call(ECHO, [], ["claim"]))
+            with anyio.CancelScope(shield=True):
+                got.append(await channel.call(ECHO, [], ["release"]))
+            await anyio.lowlevel.checkpoint()
+            got.append(b"not reached")
+
+    scope = anyio.CancelScope()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(caller, scope)
+            await anyio.wait_all_tasks_blocked()
+            scope.cancel()
+            await anyio.wait_all_tasks_blocked()
+            network.current.held = None
+            network.current.protocol.data_received(b"$5\r\nclaim\r\n")
+    assert got == [b"claim", b"release"]
+    assert scope.cancelled_caught
+
+
+async def test_a_caller_told_to_reopen_whose_deadline_passes_first_hands_the_task_on() -> None:
+    """The connection breaks and the call's deadline passes in the same loop
+    iteration (a loop blocked for a while): the overdue call fails, and the next
+    caller opens a connection instead of waiting for one nobody opens."""
+    network = Network(FakeServer())
+    channel = channel_on(network, timeout_s=0.2)
+    await channel.call(ECHO, [], ["warm"])
+    network.current.held = bytearray()
+    loop = asyncio.get_running_loop()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+
+            async def overdue() -> None:
+                with pytest.raises(DependencyUnavailable, match="timed out"):
+                    await channel.call(ECHO, [], ["a"])
+
+            tg.start_soon(overdue)
+            await anyio.wait_all_tasks_blocked()
+            loop.call_later(0.1, network.current.server_closes)
+            time.sleep(0.3)  # noqa: ASYNC251 - blocks the loop on purpose: both come due together
+        assert await channel.call(ECHO, [], ["b"]) == b"b"
+    assert len(network.transports) == 2

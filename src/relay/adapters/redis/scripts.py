@@ -19,8 +19,11 @@ connect timeout); the channel then takes its transport over. The pool still
 closes it when the client is closed. Scripts are loaded (``SCRIPT LOAD``)
 ahead of their first call on each new connection, in the same write.
 
-Each call waits bounded (30 s) and shielded from its caller's cancellation, so
-a call handed to Redis reaches its caller. Failures follow
+Each call waits bounded (30 s, one timer for the whole channel) and shielded
+from its caller's cancellation, so a call handed to Redis reaches its caller: an
+anyio cancel scope's cancellation is caught and the call awaited to its end,
+and the scope cancels the caller again at its next checkpoint (a bare
+``Task.cancel()``, which no anyio shield stops, is let through). Failures follow
 :func:`relay.adapters.redis.connection.redis_client`: a broken connection (a
 Redis restart) is re-opened and every call it left unanswered is sent once more
 (safe: each script is fenced by its token); a refused connection or a timeout
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -60,11 +64,14 @@ class LuaScript:
     def evalsha(self, keys: Sequence[str], args: Sequence[str]) -> bytes:
         """The packed ``EVALSHA`` command."""
         nkeys = b"%d" % len(keys)
-        parts = [self._head % (3 + len(keys) + len(args)), b"$%d\r\n%s\r\n" % (len(nkeys), nkeys)]
-        for text in (*keys, *args):
+        out = [self._head % (3 + len(keys) + len(args)), b"$%d\r\n%s\r\n" % (len(nkeys), nkeys)]
+        for text in keys:
             raw = text.encode()
-            parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
-        return b"".join(parts)
+            out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+        for text in args:
+            raw = text.encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+        return b"".join(out)
 
     def load_command(self) -> bytes:
         """The packed ``SCRIPT LOAD`` command."""
@@ -193,11 +200,33 @@ class ScriptChannel:
             loop.time() + self._timeout_s,
         )
         self.calls += 1
-        self._queue(call)
+        self._queue(call, loop)
         if self._watchdog is None:
             self._watchdog = loop.call_at(call.deadline, self._check_deadlines)
-        with anyio.CancelScope(shield=True):
+        # The wait is shielded without a cancel scope per call (the scope was the
+        # larger part of a call's cost): a cancellation that lands here is caught,
+        # and when it is an anyio cancel scope's, the call is awaited to its end
+        # under a shield; the scope then cancels the caller at its next checkpoint,
+        # as it would after any shielded wait. A plain asyncio cancellation, which
+        # no anyio shield stops either, is let through.
+        try:
             await call.future
+        except asyncio.CancelledError:
+            if anyio.current_effective_deadline() != -math.inf:
+                self._abandon(call)
+                raise
+            with anyio.CancelScope(shield=True):
+                await self._wait(call, loop)
+        else:
+            if not call.done:  # woken to open the connection
+                with anyio.CancelScope(shield=True):
+                    await self._wait(call, loop)
+        if call.error is not None:
+            raise call.error
+        return call.reply
+
+    async def _wait(self, call: _Call, loop: asyncio.AbstractEventLoop) -> None:
+        try:
             while not call.done:
                 if call.must_open:
                     call.must_open = False
@@ -205,18 +234,28 @@ class ScriptChannel:
                 else:
                     call.future = loop.create_future()
                     await call.future
-        if call.error is not None:
-            raise call.error
-        return call.reply
+        except BaseException:  # a plain asyncio cancellation: shields don't stop those
+            self._abandon(call)
+            raise
+
+    def _abandon(self, call: _Call) -> None:
+        """The caller is gone: an unsent call is not sent (a written one's reply is
+        dropped when it comes), and the task of opening passes on."""
+        if call in self._unsent:
+            self._unsent.remove(call)
+        if call.must_open:
+            call.must_open = False
+            self._opening = False
+            self._hand_open()
 
     # --- writing -------------------------------------------------------------------------
 
-    def _queue(self, call: _Call) -> None:
+    def _queue(self, call: _Call, loop: asyncio.AbstractEventLoop) -> None:
         self._unsent.append(call)
         if self._link is not None:
             if not self._flush_due:
                 self._flush_due = True
-                asyncio.get_running_loop().call_soon(self._flush)
+                loop.call_soon(self._flush)
         elif not self._opening:
             self._hand_open()
 
@@ -259,6 +298,13 @@ class ScriptChannel:
                 await self._open(link)
         except Exception as exc:  # noqa: BLE001 - refused: each caller gets the error
             failure = exc
+        except BaseException:  # this caller is cancelled (plain asyncio): another opens
+            self._opening = False
+            link.channel = None
+            if link.transport is not None:
+                link.transport.abort()
+            self._hand_open()
+            raise
         else:
             if scope.cancelled_caught:
                 failure = TimeoutError("timed out")
@@ -357,7 +403,10 @@ class ScriptChannel:
         if overdue:
             self._unsent = [call for call in self._unsent if call.deadline > now]
             for call in overdue:
+                if call.must_open:  # told to open but not started: another caller will
+                    call.must_open = self._opening = False
                 _finish(call, error=_timed_out(call, self._timeout_s))
+            self._hand_open()
         link = self._link
         if link is not None and any(
             call is not None and call.deadline <= now for call in link.waiting
