@@ -6,12 +6,13 @@ reports the CPU this process spent per message (``time.process_time``: robust
 while others use the machine) and messages per second (wall clock: only
 indicative on a shared machine). ``old`` is the channel at a baseline commit
 (redis-py connection, roles handed from caller to caller), loaded from git into
-this process; ``new`` is the working tree's; ``lean`` is the yardstick, the bare protocol of
-``bench/_lean.py`` with none of the channel's guarantees. They alternate within
-each round and the figures are medians over the rounds. Redis is a throwaway one (see
-``_redisbench.throwaway_redis``) unless ``--url`` is given.
+this process; ``new`` is the working tree's; ``lean`` is the yardstick, the bare
+protocol of ``bench/_lean.py`` with none of the channel's guarantees. They
+alternate within each round and the figures are medians over the rounds. Redis
+is a throwaway one (see ``_redisbench.throwaway_redis``) unless ``--url`` is
+given. Run it under uvloop (as the worker runs), asyncio, or both:
 
-    .venv/bin/python bench/ledger_calls.py [--messages 4000] [--rounds 7] [--loop both]
+    .venv/bin/python bench/ledger_calls.py [--messages 4000] [--rounds 7] [--tasks 16] [--loop both]
 
 Prints figures only; nothing here asserts.
 """
