@@ -10,7 +10,7 @@ live in this one process, under uvloop (``--asyncio`` for the stock loop), each
 with 4 warm containers of a no-op Python handler (image from ``bench/warm.py``,
 removed afterwards). Each round runs ``--invocations`` from 4 concurrent tasks
 on one side, then the other (the order alternates), and measures this process's
-CPU time (``time.process_time``): it does not depend on what else the machine
+CPU time (user + system, as ``time.process_time``): it does not depend on what else the machine
 is doing, unlike wall time. As in the worker, pool events go to a
 ``MessageBus`` whose metrics subscribers count them. Prints the per-round figures and the medians.
 
@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import cProfile
 import importlib
+import os
 import secrets
 import statistics
 import subprocess
@@ -116,10 +117,12 @@ async def main(args: argparse.Namespace, image: str) -> None:
                 if args.cprofile == name and round_no == args.rounds - 1:
                     profile = cProfile.Profile()
                     profile.enable()
-                begun, wall = time.process_time(), time.perf_counter()
+                times, wall = os.times(), time.perf_counter()
                 await run_batch(runtimes[name], args.invocations, args.tasks)
-                used = time.process_time() - begun
+                after = os.times()
                 wall = time.perf_counter() - wall
+                user, system = after.user - times.user, after.system - times.system
+                used = user + system  # = time.process_time()'s delta
                 if profile is not None:
                     profile.disable()
                     profile.dump_stats(args.cprofile_out)
@@ -127,7 +130,9 @@ async def main(args: argparse.Namespace, image: str) -> None:
                 results[name].append(per)
                 print(
                     f"round {round_no + 1} {name}: {per:6.1f} us CPU/invocation"
-                    f"  ({args.invocations / wall:7.0f} invocations/s wall)"
+                    f" (user {user / args.invocations * 1e6:5.1f},"
+                    f" system {system / args.invocations * 1e6:5.1f};"
+                    f" {args.invocations / wall:6.0f} invocations/s wall)"
                 )
     old, new = statistics.median(results["old"]), statistics.median(results["new"])
     loop = "asyncio" if args.asyncio else "uvloop"

@@ -16,6 +16,7 @@ from relay.adapters.docker.containers import (
     ExecutionContainer,
     ProcessExited,
     ProtocolError,
+    _Nonces,
 )
 from relay.domain.execution import InvocationRequest
 
@@ -29,7 +30,7 @@ class Message(NamedTuple):
     data: bytes
 
 
-Script = Callable[[str], Sequence[Message | OSError | None]]
+Script = Callable[[str], Sequence[Message | OSError | float | None]]
 
 
 def mux(message: Message) -> bytes:
@@ -41,8 +42,9 @@ def mux(message: Message) -> bytes:
 class ScriptedTransport:
     """Answers each request with the messages ``script(nonce)`` returns, each
     delivered to the channel in its own later loop turn (``None``: the
-    connection closes). With ``chunk`` the bytes arrive cut into pieces of that
-    size, regardless of frame boundaries."""
+    connection closes; a float: what follows comes that many seconds later).
+    With ``chunk`` the bytes arrive cut into pieces of that size, regardless of
+    frame boundaries."""
 
     def __init__(self, script: Script, chunk: int = 0) -> None:
         self.script = script
@@ -56,14 +58,18 @@ class ScriptedTransport:
         request = json.loads(data)
         self.requests.append(request)
         loop = asyncio.get_running_loop()
+        delay = 0.0
         for message in self.script(request["id"]):
+            if isinstance(message, float):
+                delay += message  # what follows arrives that much later
+                continue
             if message is None or isinstance(message, OSError):
-                loop.call_soon(self._lose, message)
+                loop.call_later(delay, self._lose, message)
                 continue
             raw = mux(message)
             size = self.chunk or len(raw)
             for start in range(0, len(raw), size):
-                loop.call_soon(self._deliver, raw[start : start + size])
+                loop.call_later(delay, self._deliver, raw[start : start + size])
 
     def _deliver(self, data: bytes) -> None:
         assert self.channel is not None
@@ -313,3 +319,37 @@ async def test_the_end_of_the_connection_reaches_aiohttps_protocol_too() -> None
     channel.connection_lost(None)
     assert original.lost == [None]
     assert channel.closed
+
+
+async def test_a_deadline_left_from_an_earlier_request_does_not_cut_a_later_one_short() -> None:
+    # one timer serves successive requests: the first request's (0.05 s) fires
+    # while the second (6 s) still waits for its answer, and must re-arm instead
+    container, _ = make(lambda n: [0.2, answer(n)])
+    lines: list[str] = []
+    container.channel.arm(0.05)
+    container.channel.disarm()  # the first request, answered at once
+    assert await container.call(REQUEST, 6.0, lines.append) == (True, "")
+
+
+async def test_a_shorter_deadline_than_the_pending_timer_still_fires() -> None:
+    container, _ = make(lambda n: [])
+    container.channel.arm(60.0)
+    container.channel.disarm()
+    lines: list[str] = []
+    with pytest.raises(DeadlinePassed):
+        await container.call(REQUEST, 0.05, lines.append)
+
+
+async def test_the_end_of_the_connection_stops_the_deadline_timer() -> None:
+    container, _ = make(lambda n: [answer(n)])
+    await call(container)
+    assert container.channel._timer is not None  # kept for the next request
+    container.channel.connection_lost(None)
+    assert container.channel._timer is None
+
+
+def test_request_ids_are_unique_hex_across_batches() -> None:
+    nonces = _Nonces()
+    drawn = [nonces.next() for _ in range(3 * _Nonces.BATCH + 1)]
+    assert len(set(drawn)) == len(drawn)
+    assert all(len(n) == 2 * _Nonces.SIZE and int(n, 16) >= 0 for n in drawn)

@@ -41,6 +41,10 @@ class AttachChannel(asyncio.Protocol):
         self._buffer = bytearray()
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
+        # the current request's deadline (loop time), and one timer reused across
+        # requests: arming and cancelling a timer per request cost more than the rest
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._timed_out = False
         self.closed = False
         self.error: BaseException | None = None
@@ -63,6 +67,9 @@ class AttachChannel(asyncio.Protocol):
         self.closed = True
         self.error = exc
         self._wake()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._original is not None:
             self._original.connection_lost(exc)
 
@@ -111,13 +118,33 @@ class AttachChannel(asyncio.Protocol):
         if self._timed_out:
             raise DeadlinePassed
 
-    def arm(self, timeout_s: float) -> asyncio.TimerHandle:
-        """Start a request's deadline; cancel the returned handle when it is answered."""
+    def arm(self, timeout_s: float) -> None:
+        """Start a request's deadline (:meth:`wait` raises once it passed);
+        :meth:`disarm` when the request is over."""
+        loop = asyncio.get_running_loop()
         self._timed_out = False
-        return asyncio.get_running_loop().call_later(timeout_s, self._expire)
+        self._deadline = deadline = loop.time() + timeout_s
+        timer = self._timer
+        # a timer still set for an earlier request that fires first re-arms itself
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(deadline, self._expire)
+
+    def disarm(self) -> None:
+        """The request is over: its deadline no longer applies."""
+        self._deadline = None
 
     # --- internals ------------------------------------------------------------------------
     def _expire(self) -> None:
+        self._timer = None
+        deadline = self._deadline
+        if deadline is None:
+            return  # no request in progress: the timer stays off until the next one
+        loop = asyncio.get_running_loop()
+        if loop.time() < deadline:  # set for an earlier request (or fired early)
+            self._timer = loop.call_at(deadline, self._expire)
+            return
         self._timed_out = True
         self._wake()
 

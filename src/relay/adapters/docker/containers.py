@@ -171,7 +171,7 @@ class ExecutionContainer:
         """
         self.invocations += 1
         self._request, self._prefix = request, ""  # the prefix is made on first use
-        nonce = secrets.token_hex(12)
+        nonce = _nonces.next()
         env = dict(request.env)
         env["RELAY_HANDLER"] = request.handler
         frame = {
@@ -187,7 +187,7 @@ class ExecutionContainer:
         except (OSError, RuntimeError) as exc:
             raise ProcessExited(str(exc)) from exc
         marker = END_MARKER_PREFIX + nonce.encode()
-        deadline = channel.arm(timeout_s)
+        channel.arm(timeout_s)
         try:
             while True:
                 for stream, data in channel.frames():
@@ -204,7 +204,7 @@ class ExecutionContainer:
                     raise ProcessExited("the container's process ended")
                 await channel.wait()
         finally:
-            deadline.cancel()
+            channel.disarm()
 
     def _line_prefix(self) -> str:
         if not self._prefix:
@@ -312,16 +312,44 @@ def _split_lines(buffer: bytes | bytearray, keep: int) -> tuple[list[bytes], byt
     return lines, bytearray(rest)
 
 
+class _Answer(msgspec.Struct):
+    ok: bool
+    error: str
+
+
+_ANSWER = msgspec.json.Decoder(_Answer)
+
+
 def _parse_answer(raw: bytes) -> tuple[bool, str]:
     try:
-        parsed = msgspec.json.decode(raw)
-    except ValueError as exc:  # msgspec.DecodeError is a ValueError
+        answer = _ANSWER.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError("the answer frame is malformed") from exc
+    except msgspec.DecodeError as exc:
         raise ProtocolError("the answer frame is not JSON") from exc
-    ok = parsed.get("ok") if isinstance(parsed, dict) else None
-    error = parsed.get("error") if isinstance(parsed, dict) else None
-    if not isinstance(ok, bool) or not isinstance(error, str):
-        raise ProtocolError("the answer frame is malformed")
-    return ok, error
+    return answer.ok, answer.error
+
+
+class _Nonces:
+    """Unguessable request ids, hex, drawn from the OS in batches (one
+    ``getrandom`` call per 256 requests instead of one per request)."""
+
+    SIZE: Final = 12
+    BATCH: Final = 256
+
+    def __init__(self) -> None:
+        self._pool = b""
+        self._at = 0
+
+    def next(self) -> str:
+        if self._at >= len(self._pool):
+            self._pool, self._at = secrets.token_bytes(self.SIZE * self.BATCH), 0
+        at = self._at
+        self._at = at + self.SIZE
+        return self._pool[at : at + self.SIZE].hex()
+
+
+_nonces = _Nonces()
 
 
 def _prefix(request: InvocationRequest | None, *, function: str = "") -> str:
