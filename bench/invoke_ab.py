@@ -1,7 +1,8 @@
 """CPU per warm invocation of ``DockerContainerRuntime.invoke``: old code against new.
 
     .venv/bin/python bench/invoke_ab.py [--rounds 7] [--invocations 4000]
-        [--old-rev REV] [--asyncio] [--cprofile new|old] [--cprofile-out FILE]
+        [--old-rev REV] [--asyncio] [--only old|new]
+        [--cprofile new|old] [--cprofile-out FILE]
 
 The OLD side is ``src/relay/adapters/docker/{pool,containers,runtime}.py`` as of
 ``--old-rev`` (default: the commit before the hot path was slimmed), loaded from
@@ -94,7 +95,9 @@ async def run_batch(runtime: Any, invocations: int, tasks: int) -> None:
 async def main(args: argparse.Namespace, image: str) -> None:
     old_module = load_old(args.old_rev)
     sides = {"old": old_module, "new": new_runtime}
-    results: dict[str, list[float]] = {"old": [], "new": []}
+    if args.only:  # one side alone (e.g. under py-spy)
+        sides = {args.only: sides[args.only]}
+    results: dict[str, list[float]] = {name: [] for name in sides}
     async with aiodocker.Docker() as docker, contextlib.AsyncExitStack() as stack:
         runtimes: dict[str, Any] = {}
         for name, module in sides.items():
@@ -111,7 +114,7 @@ async def main(args: argparse.Namespace, image: str) -> None:
             runtime.activate("bench", image, "python3.14", args.tasks)
             await run_batch(runtime, args.tasks * 50, args.tasks)  # start + warm up
         for round_no in range(args.rounds):
-            order = ["old", "new"] if round_no % 2 == 0 else ["new", "old"]
+            order = list(sides) if round_no % 2 == 0 else list(reversed(sides))
             for name in order:
                 profile = None
                 if args.cprofile == name and round_no == args.rounds - 1:
@@ -134,8 +137,12 @@ async def main(args: argparse.Namespace, image: str) -> None:
                     f" system {system / args.invocations * 1e6:5.1f};"
                     f" {args.invocations / wall:6.0f} invocations/s wall)"
                 )
-    old, new = statistics.median(results["old"]), statistics.median(results["new"])
     loop = "asyncio" if args.asyncio else "uvloop"
+    if args.only:
+        per = statistics.median(results[args.only])
+        print(f"\nmedian over {args.rounds} rounds ({loop}): {args.only} {per:.1f} us")
+        return
+    old, new = statistics.median(results["old"]), statistics.median(results["new"])
     print(
         f"\nmedian over {args.rounds} rounds ({loop}, {args.tasks} tasks, "
         f"{args.tasks} warm containers): old {old:.1f} us, new {new:.1f} us CPU per "
@@ -150,6 +157,7 @@ def cli() -> None:
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--old-rev", default=BASELINE_REV)
     parser.add_argument("--asyncio", action="store_true", help="the stock loop, not uvloop")
+    parser.add_argument("--only", choices=("old", "new"), default=None, help="one side alone")
     parser.add_argument("--cprofile", choices=("old", "new"), default=None)
     parser.add_argument("--cprofile-out", default="/tmp/relay-invoke-ab.prof")
     args = parser.parse_args()

@@ -17,7 +17,6 @@ The transport may be asyncio's or uvloop's (uvloop's is not an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any, Final
 
 # Buffered bytes past which reading pauses until the reader catches up (as
@@ -35,6 +34,9 @@ class AttachChannel(asyncio.Protocol):
     """Buffers what the container's attachment sends; one reader at a time."""
 
     def __init__(self, transport: Any, original: Any = None) -> None:
+        # made on the loop that runs the connection; kept (asyncio's
+        # get_running_loop makes a getpid call each time)
+        self._loop = asyncio.get_running_loop()
         self.transport = transport
         # aiohttp's protocol, told when the connection goes (it awaits that on close)
         self._original = original
@@ -83,25 +85,21 @@ class AttachChannel(asyncio.Protocol):
             raise ConnectionResetError("the container's attachment is closed")
         self.transport.write(data)
 
-    def frames(self) -> Iterator[tuple[int, bytes]]:
-        """Complete ``(stream, payload)`` frames received so far, in order."""
+    def next_frame(self) -> tuple[int, bytes] | None:
+        """The next complete ``(stream, payload)`` frame received, if any."""
         buffer = self._buffer
-        while len(buffer) >= HEADER_BYTES:
-            end = HEADER_BYTES + int.from_bytes(buffer[4:HEADER_BYTES], "big")
-            if len(buffer) < end:
-                break
-            stream = buffer[0]
-            payload = bytes(buffer[HEADER_BYTES:end])
-            del buffer[:end]
-            if self._paused and len(buffer) <= READ_LIMIT:
-                # before the yield: the reader may stop at this frame (its answer)
-                self._paused = False
-                self.transport.resume_reading()
-            yield stream, payload
-
-    def pending(self) -> bool:
-        """Bytes are buffered (perhaps only part of a frame)."""
-        return bool(self._buffer)
+        if len(buffer) < HEADER_BYTES:
+            return None
+        end = HEADER_BYTES + int.from_bytes(buffer[4:HEADER_BYTES], "big")
+        if len(buffer) < end:
+            return None
+        stream = buffer[0]
+        payload = bytes(buffer[HEADER_BYTES:end])
+        del buffer[:end]
+        if self._paused and len(buffer) <= READ_LIMIT:
+            self._paused = False
+            self.transport.resume_reading()
+        return stream, payload
 
     async def wait(self) -> None:
         """Until more bytes arrive, the connection ends or the deadline passes
@@ -110,7 +108,7 @@ class AttachChannel(asyncio.Protocol):
             raise DeadlinePassed
         if self.closed:
             return
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        waiter = self._waiter = self._loop.create_future()
         try:
             await waiter
         finally:
@@ -121,7 +119,7 @@ class AttachChannel(asyncio.Protocol):
     def arm(self, timeout_s: float) -> None:
         """Start a request's deadline (:meth:`wait` raises once it passed);
         :meth:`disarm` when the request is over."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._timed_out = False
         self._deadline = deadline = loop.time() + timeout_s
         timer = self._timer
@@ -141,7 +139,7 @@ class AttachChannel(asyncio.Protocol):
         deadline = self._deadline
         if deadline is None:
             return  # no request in progress: the timer stays off until the next one
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if loop.time() < deadline:  # set for an earlier request (or fired early)
             self._timer = loop.call_at(deadline, self._expire)
             return

@@ -190,19 +190,20 @@ class ExecutionContainer:
         channel.arm(timeout_s)
         try:
             while True:
-                for stream, data in channel.frames():
-                    if stream == 1:
-                        self._take_stray(data, output)
-                        continue
-                    answer = self._take_output(data, marker, output)
+                received = channel.next_frame()
+                if received is None:
+                    if channel.closed:
+                        self._flush_partial(output)
+                        if channel.error is not None:  # not an exit: the connection broke
+                            raise ConnectionResetError(str(channel.error)) from channel.error
+                        raise ProcessExited("the container's process ended")
+                    await channel.wait()
+                elif received[0] == 1:
+                    self._take_stray(received[1], output)
+                else:
+                    answer = self._take_output(received[1], marker, output)
                     if answer is not None:
                         return _parse_answer(answer)
-                if channel.closed:
-                    self._flush_partial(output)
-                    if channel.error is not None:  # not an exit: the connection broke
-                        raise ConnectionResetError(str(channel.error)) from channel.error
-                    raise ProcessExited("the container's process ended")
-                await channel.wait()
         finally:
             channel.disarm()
 
