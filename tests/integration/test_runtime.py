@@ -38,6 +38,16 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 PY = "python3.14"
 FN = "probe-fn"
 
+# The worker runs on uvloop when it is installed, whose transports differ from
+# asyncio's: the attach channel is exercised on both.
+BOTH_LOOPS = pytest.mark.parametrize(
+    "anyio_backend",
+    [
+        pytest.param("asyncio", id="asyncio"),
+        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    ],
+)
+
 
 @pytest.fixture(scope="module")
 def image(docker_engine: DockerEngine) -> Iterator[str]:
@@ -98,6 +108,7 @@ async def test_hardening_seen_from_inside_and_outside(
             assert labels[empty] == ""
 
 
+@BOTH_LOOPS
 async def test_sequential_invocations_reuse_one_container_and_keep_module_state(
     image: str, unique: str
 ) -> None:
@@ -146,6 +157,7 @@ async def test_pool_events_reach_the_bus_in_order_while_another_invocation_runs(
         assert set(outcomes[2:]) == {"warm"}
 
 
+@BOTH_LOOPS
 async def test_output_is_forwarded_line_by_line_with_the_prefix(image: str, unique: str) -> None:
     async with runtime_for(f"w-{unique}") as (runtime, captured, _):
         runtime.activate(FN, image, PY, 1)
@@ -227,6 +239,7 @@ async def test_per_invocation_env_is_applied_and_restored(image: str, unique: st
         assert second["RELAY_HANDLER"] == "probe.hello"
 
 
+@BOTH_LOOPS
 async def test_timeout_discards_and_the_next_invocation_gets_a_fresh_container(
     image: str, unique: str
 ) -> None:
@@ -251,6 +264,7 @@ async def test_timeout_discards_and_the_next_invocation_gets_a_fresh_container(
         assert (snap.cold_starts, snap.discarded, snap.containers) == (2, 1, 1)
 
 
+@BOTH_LOOPS
 async def test_process_exit_discards_with_its_exit_code(image: str, unique: str) -> None:
     async with runtime_for(f"w-{unique}") as (runtime, captured, _):
         runtime.activate(FN, image, PY, 1)
@@ -370,6 +384,7 @@ async def test_rotated_secret_is_seen_by_the_next_invocation_and_never_leaks(
         assert canary not in snap_text
 
 
+@BOTH_LOOPS
 async def test_orphaned_container_exits_by_itself_when_relay_goes_away(
     image: str, unique: str
 ) -> None:
@@ -426,6 +441,7 @@ async def test_global_bound_retires_the_least_recently_used_idle_container(
         assert snap_a.containers == 0
 
 
+@BOTH_LOOPS
 async def test_a_container_that_died_while_idle_is_replaced_without_failing_the_event(
     image: str, unique: str, docker_engine: DockerEngine
 ) -> None:
@@ -444,6 +460,7 @@ async def test_a_container_that_died_while_idle_is_replaced_without_failing_the_
         assert snap.cold_starts == 2
 
 
+@BOTH_LOOPS
 async def test_an_endless_line_is_cut_into_bounded_pieces(image: str, unique: str) -> None:
     async with runtime_for(f"w-{unique}") as (runtime, captured, _):
         runtime.activate(FN, image, PY, 1)

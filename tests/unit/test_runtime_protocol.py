@@ -295,13 +295,14 @@ async def test_a_closed_attachment_refuses_the_request_as_a_process_exit() -> No
     assert transport.requests == []
 
 
-async def test_a_broken_connection_is_not_mistaken_for_an_exit() -> None:
-    # the runtime discards it as a protocol error ("lost the container's stream")
+async def test_a_broken_connection_ends_the_call_like_an_exit() -> None:
+    # as through aiodocker: the runtime then asks the engine for the exit code
     container, _ = make(lambda n: [Message(STDERR, b"half"), OSError("reset by peer")])
     lines: list[str] = []
-    with pytest.raises(ConnectionResetError, match="reset by peer"):
+    with pytest.raises(ProcessExited):
         await container.call(REQUEST, 6.0, lines.append)
     assert lines == [PREFIX + "half"]
+    assert isinstance(container.channel.error, OSError)
 
 
 class Original:

@@ -192,10 +192,8 @@ class ExecutionContainer:
             while True:
                 received = channel.next_frame()
                 if received is None:
-                    if channel.closed:
+                    if channel.closed:  # cleanly or not: the runtime asks the engine why
                         self._flush_partial(output)
-                        if channel.error is not None:  # not an exit: the connection broke
-                            raise ConnectionResetError(str(channel.error)) from channel.error
                         raise ProcessExited("the container's process ended")
                     await channel.wait()
                 elif received[0] == 1:
