@@ -7,9 +7,9 @@ invocation). Pool events (``ContainerAcquired``, ``ContainerDiscarded``,
 callable, called at once) and/or ``publish`` (an async callable taking a batch,
 e.g. ``MessageBus.publish``). Published batches keep the events' order and
 values; a batch is awaited when an invocation ends and no other is in flight
-(so a lone invocation's events are published before it returns), under load at
-least every ``FLUSH_AFTER_S`` or ``FLUSH_BATCH`` events, and at each
-housekeeping pass and at close. Live gauges come from :meth:`snapshot`.
+(so a lone invocation's events are published before it returns), under load
+once ``FLUSH_BATCH`` events wait or the oldest waited ``flush_after_s``, and at
+each housekeeping pass and at close. Live gauges come from :meth:`snapshot`.
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ class DockerContainerRuntime:
         observer: Observer | None = None,
         publish: Callable[[Sequence[DomainEvent]], Awaitable[None]] | None = None,
         max_containers: int | None = None,
+        flush_after_s: float = FLUSH_AFTER_S,
     ) -> None:
         self._docker = docker
         self._hostname = hostname
@@ -108,6 +109,7 @@ class DockerContainerRuntime:
         self._max_containers = max_containers
         self._events: list[DomainEvent] = []  # observed, not yet published
         self._events_since = 0.0  # when the oldest of them was observed
+        self._flush_after_s = flush_after_s
         self._in_flight = 0  # invocations between their start and their result
         self._pools: dict[str, FunctionPool] = {}
         self._pending: list[ExecutionContainer] = []  # discarded, still to remove
@@ -185,7 +187,7 @@ class DockerContainerRuntime:
         if self._events and (
             self._in_flight == 0
             or len(self._events) >= FLUSH_BATCH
-            or time.monotonic() - self._events_since >= FLUSH_AFTER_S
+            or time.monotonic() - self._events_since >= self._flush_after_s
         ):
             await self._flush_events()
         return result
