@@ -137,7 +137,8 @@ class FunctionPool:
         elif container.image != self.image:
             reason = DISCARD_IMAGE_CHANGED
         elif (
-            # every container counted is at most the current ones: no need to count those
+            # below capacity in total means below it for the current version too;
+            # only a pool at capacity in total needs its current version counted
             len(self.idle) + len(self.busy) + self.starting >= self.capacity
             and self.current_count() >= self.capacity
         ):
