@@ -171,11 +171,10 @@ async def test_a_freed_slot_goes_to_the_oldest_waiter_first() -> None:
             order.append(n)
             await anyio.lowlevel.checkpoint()
 
-    async with anyio.create_task_group() as tg:
-        async with slots.acquire("fn"):
-            for n in range(5):
-                tg.start_soon(one, n)
-                await anyio.wait_all_tasks_blocked()
+    async with anyio.create_task_group() as tg, slots.acquire("fn"):
+        for n in range(5):
+            tg.start_soon(one, n)
+            await anyio.wait_all_tasks_blocked()
     assert order == [0, 1, 2, 3, 4]
     assert slots.waits_total == 5
     assert slots.in_flight == 0
