@@ -23,7 +23,8 @@ from typing import Any, Final
 from redis.asyncio import Redis
 
 from relay.adapters.redis.keys import dlq_key, invocation_key
-from relay.adapters.redis.scripts import LuaScript, ScriptChannel, dedicated_connection
+from relay.adapters.redis.scripts import LuaScript, ScriptChannel
+from relay.adapters.redis.takeover import dedicated_connection
 from relay.domain.invocation import Complete, Exhaust, Release, Retry, Transition
 from relay.domain.outcome import (
     BeginRequest,

@@ -12,12 +12,10 @@ its own through an :class:`asyncio.Protocol`, with no task of its own:
   the order the calls were written, and each one wakes the oldest call still
   waiting. A new batch never waits for the previous batch's replies.
 
-The connection is opened through the client's own pool (see
-:func:`dedicated_connection`), so it honours everything the client's URL says
-(host and port or Unix socket, user and password, database, TLS, the 5 s
-connect timeout); the channel then takes its transport over. The pool still
-closes it when the client is closed. Scripts are loaded (``SCRIPT LOAD``)
-ahead of their first call on each new connection, in the same write.
+The connection is one of the client's pool, taken over from redis-py (see
+:mod:`relay.adapters.redis.takeover`), so it honours everything the client's
+URL says. Scripts are loaded (``SCRIPT LOAD``) ahead of their first call on
+each new connection, in the same write.
 
 Each call waits bounded (30 s, one timer for the whole channel) and shielded
 from its caller's cancellation, so a call handed to Redis reaches its caller: an
@@ -39,13 +37,13 @@ import asyncio
 import hashlib
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 import anyio
 import hiredis
-from redis.asyncio import Redis
 
+from relay.adapters.redis.takeover import OpenConnection, TakenOver
 from relay.domain.errors import DependencyUnavailable
 
 SEND_TIMEOUT_S: Final = 30.0
@@ -85,39 +83,6 @@ def _command(*parts: bytes) -> bytes:
     return b"".join(out)
 
 
-OpenConnection = Callable[[asyncio.Protocol], Awaitable[None]]
-"""Opens a new connection (connected, authenticated, database selected) and
-attaches the given protocol to its transport (``connection_made``), or raises."""
-
-
-def dedicated_connection(client: Redis) -> OpenConnection:
-    """An :data:`OpenConnection` on one connection of ``client``'s pool that stays
-    checked out: redis-py connects it (so the URL's every option applies), then
-    the protocol takes its transport over. Opening again re-connects the same
-    connection; the pool still closes it when the client is closed."""
-    held: list[Any] = []
-
-    async def open_connection(protocol: asyncio.Protocol) -> None:
-        if held:
-            conn = held[0]
-            await conn.disconnect(nowait=True)
-            await conn.connect()
-        else:
-            conn = await client.connection_pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
-            held.append(conn)
-        writer = getattr(conn, "_writer", None)  # redis-py's asyncio.StreamWriter
-        if writer is None:
-            raise RuntimeError("the redis connection has no stream to take over")
-        transport = writer.transport
-        replaced = transport.get_protocol()  # redis-py's StreamReaderProtocol
-        if isinstance(protocol, _Link):
-            protocol.replaced = replaced
-        transport.set_protocol(protocol)
-        protocol.connection_made(transport)
-
-    return open_connection
-
-
 class _Call:
     __slots__ = (
         "batch", "data", "deadline", "done", "error", "future", "must_open", "reply",
@@ -137,14 +102,13 @@ class _Call:
         self.error: BaseException | None = None
 
 
-class _Link(asyncio.Protocol):
+class _Link(TakenOver):
     """One connection: the calls written on it, in order, and the scripts loaded."""
 
     def __init__(self, channel: ScriptChannel) -> None:
         self.channel: ScriptChannel | None = channel  # None once the channel dropped it
         self.reader = hiredis.Reader()
         self.transport: Any = None  # asyncio's or uvloop's: no isinstance checks
-        self.replaced: asyncio.BaseProtocol | None = None  # the protocol taken over
         self.waiting: deque[_Call | None] = deque()  # None: a SCRIPT LOAD's reply
         self.loaded: dict[str, int] = {}  # sha -> the flush that loaded it
 
@@ -171,9 +135,7 @@ class _Link(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.channel is not None:
             self.channel._broken(self, exc or ConnectionResetError("closed by the server"))
-        if self.replaced is not None:  # redis-py waits for its own protocol to see it
-            self.replaced.connection_lost(exc)
-            self.replaced = None
+        self.release_replaced(exc)
 
 
 class ScriptChannel:
