@@ -15,6 +15,8 @@ import pytest
 import redis.exceptions
 
 from relay.adapters.redis.connection import redis_client
+from relay.adapters.redis.stream import RedisEventStream
+from relay.domain.errors import DependencyUnavailable
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis, pytest.mark.docker]
 
@@ -51,5 +53,25 @@ async def test_a_server_that_is_down_still_fails_at_once(restartable_redis: Any)
         await anyio.to_thread.run_sync(restartable_redis.stop)
         with anyio.fail_after(5), pytest.raises(redis.exceptions.ConnectionError):
             await client.ping()
+    finally:
+        await client.aclose()
+
+
+async def test_the_consumer_reads_again_after_a_restart_and_fails_at_once_when_down(
+    restartable_redis: Any,
+) -> None:
+    client = redis_client(restartable_redis.url)
+    stream = RedisEventStream(client, stream="relay-reconnect", group="relay", consumer="w1")
+    try:
+        await stream.ensure_group()
+        assert await stream.read(10, 10) == []  # the read connection is open now
+        await anyio.to_thread.run_sync(restartable_redis.restart)
+        await client.xadd("relay-reconnect", {"event": b"{}"})  # the group is gone too
+        with anyio.fail_after(10):
+            [message] = await stream.read(10, 10)  # reopened, group recreated, read
+        assert message.payload == b"{}"
+        await anyio.to_thread.run_sync(restartable_redis.stop)
+        with anyio.fail_after(5), pytest.raises(DependencyUnavailable, match="XREADGROUP"):
+            await stream.read(10, 10)
     finally:
         await client.aclose()

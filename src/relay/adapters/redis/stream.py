@@ -1,14 +1,25 @@
-"""The event stream in Redis: one consumer of one consumer group."""
+"""The event stream in Redis: one consumer of one consumer group.
+
+The consumer's ``XREADGROUP`` runs on a connection of its own, spoken through a
+small protocol (:class:`BlockingReads`): it is the one command the worker sends
+for every read batch, and redis-py's per-command layers cost several times the
+read itself. The rare commands (group creation, reclaim, drop) go through the
+client as usual.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, Final
 
+import hiredis
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from relay.adapters.redis.keys import translated
+from relay.adapters.redis.takeover import OpenConnection, TakenOver, dedicated_connection
+from relay.domain.errors import DependencyUnavailable
 from relay.domain.outcome import Reclaimed, StreamMessage
 
 EVENT_FIELD: Final = b"event"
@@ -50,6 +61,11 @@ class RedisEventStream:
         self._group = group
         self._consumer = consumer
         self._cursor = "0-0"
+        self._reads = BlockingReads(dedicated_connection(client))
+        self._read_head = _pack(
+            b"XREADGROUP", b"GROUP", group.encode(), consumer.encode(), b"COUNT"
+        )
+        self._read_tail = _pack(b"STREAMS", stream.encode(), b">")
 
     @property
     def stream(self) -> str:
@@ -75,21 +91,20 @@ class RedisEventStream:
                 raise
 
     async def read(self, count: int, block_ms: int) -> Sequence[StreamMessage]:
-        with translated("XREADGROUP"):
-            return await self._read_messages(count, block_ms)
-
-    async def _read_messages(self, count: int, block_ms: int) -> Sequence[StreamMessage]:
-        try:
-            reply = await self._read(count, block_ms)
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
+        reply = await self._read(count, block_ms)
+        if type(reply) is hiredis.ReplyError:
+            if "NOGROUP" not in str(reply):
+                raise DependencyUnavailable(f"redis XREADGROUP failed: {reply}")
             # The stream or group vanished (a Redis restart without persistence,
             # a manual DEL): recreate it and read again.
-            await self._ensure_group()
+            await self.ensure_group()
             reply = await self._read(count, block_ms)
+            if type(reply) is hiredis.ReplyError:
+                raise DependencyUnavailable(f"redis XREADGROUP failed: {reply}")
+        # RESP3 (redis-py's default) answers a map, RESP2 a list of pairs; nil on timeout
+        streams = reply.items() if isinstance(reply, dict) else reply or ()
         messages: list[StreamMessage] = []
-        for _stream, entries in reply or ():
+        for _stream, entries in streams:
             for entry in entries:
                 message = _message(entry, reclaimed=False)
                 if message is not None:
@@ -97,9 +112,9 @@ class RedisEventStream:
         return messages
 
     async def _read(self, count: int, block_ms: int) -> Any:
-        return await self._client.xreadgroup(
-            self._group, self._consumer, {self._stream: ">"}, count=count, block=block_ms
-        )
+        count_block = _pack(str(count).encode(), b"BLOCK", str(block_ms).encode())
+        command = b"*11\r\n" + self._read_head + count_block + self._read_tail
+        return await self._reads.call(command)
 
     async def reclaim(self, min_idle_ms: int, count: int) -> Reclaimed:
         """One ``XAUTOCLAIM`` step from the saved cursor (it wraps to ``0-0``).
@@ -154,3 +169,101 @@ class RedisEventStream:
         if ids:
             with translated("XACK"):
                 await self._client.xack(self._stream, self._group, *ids)
+
+
+def _pack(*parts: bytes) -> bytes:
+    """RESP bulk strings, without the array header."""
+    return b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+
+
+class _ReadLink(TakenOver):
+    """The read connection: at most one command in flight."""
+
+    def __init__(self) -> None:
+        self.reader = hiredis.Reader()
+        self.transport: Any = None  # asyncio's or uvloop's: no isinstance checks
+        self.reply: asyncio.Future[Any] | None = None
+        self.lost: BaseException | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        try:
+            reply = self.reader.gets()
+        except hiredis.ProtocolError as exc:
+            self._end(exc)
+            self.transport.abort()
+            return
+        if reply is not False and self.reply is not None and not self.reply.done():
+            self.reply.set_result(reply)
+
+    def eof_received(self) -> bool:
+        return False  # close; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(exc or ConnectionResetError("closed by the server"))
+        self.release_replaced(exc)
+
+    def _end(self, exc: BaseException) -> None:
+        if self.lost is None:
+            self.lost = exc
+        if self.reply is not None and not self.reply.done():
+            self.reply.set_exception(ConnectionError(str(exc) or type(exc).__name__))
+
+
+class BlockingReads:
+    """One command at a time on a connection of its own (the consumer's reads).
+
+    Failures follow :func:`relay.adapters.redis.connection.redis_client`: a
+    connection that breaks (a Redis restart, a server-side close) is opened
+    again and the command sent once more; a refused connection fails at once.
+    A cancelled read (the caller's timeout, shutdown) closes the connection,
+    because its reply may still come: the next read opens a new one. Errors are
+    :class:`DependencyUnavailable`; an error reply is returned as the
+    ``hiredis.ReplyError`` it is, for the caller to interpret.
+    """
+
+    def __init__(self, open_connection: OpenConnection) -> None:
+        self._open = open_connection
+        self._link: _ReadLink | None = None
+
+    async def call(self, command: bytes) -> Any:
+        for attempt in (1, 2):
+            link = self._link
+            if link is None or link.lost is not None:
+                link = await self._connect()
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            link.reply = future
+            try:
+                link.transport.write(command)
+                return await future
+            except ConnectionError as exc:
+                self.close()
+                if attempt == 2:
+                    raise DependencyUnavailable(f"redis XREADGROUP failed: {exc}") from exc
+            except BaseException:
+                self.close()  # the reply may still come: this connection is done
+                raise
+            finally:
+                link.reply = None
+        raise AssertionError("unreachable")
+
+    async def _connect(self) -> _ReadLink:
+        link = _ReadLink()
+        try:
+            await self._open(link)
+        except Exception as exc:  # refused, unreachable, bad credentials: one line
+            if link.transport is not None:
+                link.transport.abort()
+            raise DependencyUnavailable(
+                f"redis XREADGROUP failed: cannot connect: {str(exc) or type(exc).__name__}"
+            ) from exc
+        self._link = link
+        return link
+
+    def close(self) -> None:
+        link, self._link = self._link, None
+        if link is not None and link.transport is not None and not link.transport.is_closing():
+            link.transport.abort()
