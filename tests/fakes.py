@@ -3,6 +3,7 @@ plain attributes; they are never mocks of Relay's own modules."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -62,6 +63,28 @@ from relay.domain.outcome import (
     split_field,
 )
 from relay.domain.stats import StatsSnapshot, zeroed
+
+
+class ClosingTransport:
+    """The closing half of a fake asyncio transport: ``close`` (or ``abort``)
+    tells the protocol ``connection_lost`` once, on the next loop iteration, as
+    a real transport does. Subclasses add ``write``."""
+
+    def __init__(self, protocol: asyncio.Protocol) -> None:
+        self.protocol = protocol
+        self.loop = asyncio.get_running_loop()
+        self.closed = False
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def abort(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.loop.call_soon(self.protocol.connection_lost, None)
 
 
 class FakeClock:

@@ -22,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from relay.adapters.redis.scripts import LuaScript, ScriptChannel
 from relay.domain.errors import DependencyUnavailable
+from tests.fakes import ClosingTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -79,18 +80,16 @@ class FakeServer:
         raise AssertionError(f"unexpected command {command!r}")
 
 
-class FakeTransport:
+class FakeTransport(ClosingTransport):
     """One connection. Replies arrive in random chunks on later loop iterations
     (``chunky``); ``frozen`` takes commands and never answers; ``held`` keeps
     replies back until released; ``reset_after`` resets the connection after
     that many more replies."""
 
     def __init__(self, server: FakeServer, protocol: asyncio.Protocol, rng: random.Random) -> None:
+        super().__init__(protocol)
         self.server = server
-        self.protocol = protocol
         self.rng = rng
-        self.loop = asyncio.get_running_loop()
-        self.closed = False
         self.writes: list[bytes] = []
         self.frozen = False
         self.held: bytearray | None = None
@@ -120,17 +119,6 @@ class FakeTransport:
                 self.held += reply
             else:
                 self._deliver(reply)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def abort(self) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.loop.call_soon(self.protocol.connection_lost, None)
 
     # test controls
     def _deliver(self, data: bytes) -> None:

@@ -8,7 +8,6 @@ to the commands written on it (answer, drop the connection, never answer).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import anyio
@@ -19,18 +18,17 @@ import pytest
 from relay.adapters.redis.stream import BlockingReads
 from relay.adapters.redis.takeover import TakenOver
 from relay.domain.errors import DependencyUnavailable
+from tests.fakes import ClosingTransport
 
 pytestmark = pytest.mark.anyio
 
 COMMAND = b"*1\r\n$4\r\nPING\r\n"
 
 
-class FakeTransport:
+class FakeTransport(ClosingTransport):
     def __init__(self, protocol: TakenOver, plan: list[str]) -> None:
-        self.protocol = protocol
+        super().__init__(protocol)
         self.plan = plan  # per command: "answer", "error", "drop", "silent", "garbage"
-        self.loop = asyncio.get_running_loop()
-        self.closed = False
         self.writes: list[bytes] = []
 
     def write(self, data: bytes) -> None:
@@ -44,17 +42,6 @@ class FakeTransport:
             self.loop.call_soon(self.protocol.data_received, b"?what\r\n")
         elif step == "drop":
             self.close()
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def abort(self) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.loop.call_soon(self.protocol.connection_lost, None)
 
 
 class Opener:
