@@ -15,8 +15,15 @@ script prints:
 * lost: events with neither a successful execution nor a DLQ entry (want 0);
 * concurrent duplicates: two executions of one event whose start..end overlap
   (want 0); sequential re-runs are expected (at-least-once) and shown apart;
-* DLQ entries next to exhausted invocations (events that never succeeded) and
-  duplicate DLQ entries (want equal, and 0);
+* DLQ entries next to the exhausted invocations the ledger recorded (want
+  equal) and duplicate DLQ entries (want 0);
+* events that never succeeded, and DLQ entries of events that did succeed once:
+  a run that ended just before its worker was killed, so the ledger never
+  heard of its success; the re-run that followed counted as the next attempt,
+  and when that one was the last and failed, the invocation was exhausted
+  (at-least-once: the handler's effects happened, the DLQ entry says the
+  ledger's attempts were used up). Each is shown with how long before a kill
+  its successful run ended;
 * pending at the end (want 0).
 
 Settling takes a few minutes: a failed attempt waits out its 1 m backoff and
@@ -40,6 +47,7 @@ import anyio
 from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from _redisbench import (
     Worker,
@@ -49,6 +57,8 @@ from _redisbench import (
     workdir,
     write_function,
 )
+
+from relay.adapters.redis.keys import invocation_key
 
 TIMEOUT_S = 5
 GRACE_S = 5  # an orphaned container stops itself within timeout + grace
@@ -111,6 +121,9 @@ class Findings:
     dlq_seqs: list[int] = field(default_factory=list)
     dlq_unparsable: int = 0
     pending: int = 0
+    exhausted: int = 0  # ledger markers exhausted:N or exhausted:N:dlq
+    exhausted_dead_lettered: int = 0  # exhausted:N:dlq
+    kills_ns: list[int] = field(default_factory=list)
 
     def report(self) -> list[str]:
         succeeded = {s for s, runs in self.executions.items() if any(r.ok for r in runs.values())}
@@ -130,13 +143,25 @@ class Findings:
             f"concurrent duplicates:          {concurrent}",
             f"  overlapping a killed run:     {possible} (within its timeout + grace)",
             f"sequential re-runs:             {reruns} (at-least-once; expected)",
-            f"exhausted invocations:          {len(never_ok)} (events that never succeeded)",
+            f"exhausted invocations:          {self.exhausted} (in the ledger; "
+            f"{self.exhausted_dead_lettered} of them marked dead-lettered)",
             f"DLQ entries:                    {len(self.dlq_seqs)} "
             f"(distinct events {len(dlq)}, duplicates {duplicate_dlq}, "
             f"unparsable {self.dlq_unparsable})",
-            f"DLQ entries of events that also succeeded: {len(dlq & succeeded)}",
+            f"events that never succeeded:    {len(never_ok)}",
+            f"DLQ entries of events that also succeeded: {len(dlq & succeeded)}"
+            + self._lost_successes(dlq & succeeded),
             f"pending at the end:             {self.pending}",
         ]
+
+    def _lost_successes(self, seqs: set[int]) -> str:
+        """How long before a kill each of these events' successful runs ended."""
+        gaps = []
+        for seq in sorted(seqs):
+            ends = [r.end_ns for r in self.executions[seq].values() if r.ok and r.end_ns]
+            before = [k - e for e in ends for k in self.kills_ns if k - e >= 0]
+            gaps.append(f"{min(before) / 1e6:.0f} ms" if before else "no kill after it")
+        return f" (their success ended before a kill by: {', '.join(gaps)})" if gaps else ""
 
     def _overlaps(self) -> tuple[int, int, int]:
         concurrent = possible = reruns = 0
@@ -165,11 +190,17 @@ async def produce(client: Redis, stream: str, events: int, rate: float) -> str:
 
 
 async def chaos(
-    victim: dict[str, Worker], restart: Any, kills: int, every_s: float, log: list[str]
+    victim: dict[str, Worker],
+    restart: Any,
+    kills: int,
+    every_s: float,
+    log: list[str],
+    kills_ns: list[int],
 ) -> None:
     for n in range(1, kills + 1):
         await anyio.sleep(every_s)
         victim["b"].kill()
+        kills_ns.append(time.time_ns())
         log.append(f"killed worker b (SIGKILL #{n}) at {time.strftime('%H:%M:%S')}")
         await anyio.sleep(2)
         victim["b"] = restart()
@@ -192,8 +223,15 @@ async def wait_settled(client: Redis, stream: str, group: str, last: str, limit_
     return pending
 
 
-async def collect(client: Redis, stream: str, key: str, events: int, pending: int) -> Findings:
+async def collect(
+    client: Redis, stream: str, group: str, key: str, events: int, pending: int
+) -> Findings:
     found = Findings(events=events, pending=pending)
+    async for ledger in client.scan_iter(match=invocation_key(stream, group, "*"), count=500):
+        for name, marker in (await client.hgetall(ledger)).items():
+            if not name.startswith("@") and marker.startswith("exhausted:"):
+                found.exhausted += 1
+                found.exhausted_dead_lettered += marker.endswith(":dlq")
     executions: dict[int, dict[str, Execution]] = defaultdict(dict)
     for raw in await client.lrange(key, 0, -1):
         parts = raw.split("|")
@@ -220,6 +258,7 @@ async def soak(url: str, args: argparse.Namespace) -> None:
     client = Redis.from_url(url, decode_responses=True)
     workers: dict[str, Worker] = {}
     chaos_log: list[str] = []
+    kills_ns: list[int] = []
     with workdir() as root:
         functions = write_function(
             root / "functions",
@@ -248,13 +287,16 @@ async def soak(url: str, args: argparse.Namespace) -> None:
             print(f"soak: producing {args.events} events at {args.rate:.0f}/s; killing b 3 times")
             async with anyio.create_task_group() as tg:
                 every = args.events / args.rate / 4
-                tg.start_soon(chaos, workers, lambda: launch("b"), 3, every, chaos_log)
+                tg.start_soon(
+                    chaos, workers, lambda: launch("b"), 3, every, chaos_log, kills_ns
+                )
                 last = await produce(client, stream, args.events, args.rate)
             for line in chaos_log:
                 print(f"soak: {line}")
             print("soak: waiting for every event to settle (retries and recovery take minutes)")
             pending = await wait_settled(client, stream, group, last, args.settle_timeout)
-            findings = await collect(client, stream, key, args.events, pending)
+            findings = await collect(client, stream, group, key, args.events, pending)
+            findings.kills_ns = kills_ns
             print()
             for line in findings.report():
                 print(line)
