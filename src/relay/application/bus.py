@@ -79,7 +79,7 @@ class MessageBus:
             for subscriber in self._subscribers.get(type(event), ()):
                 try:
                     maybe = subscriber(event)
-                    if inspect.isawaitable(maybe):
+                    if maybe is not None and inspect.isawaitable(maybe):
                         await maybe
                 except Exception:  # noqa: BLE001 - observers must never break a command
                     _log.exception("subscriber_failed", event_type=type(event).__name__)

@@ -286,7 +286,12 @@ class MessageDispatcher:
                 # an operator must not read a success (or a retry) that did not happen.
                 _log_results(run.events)
                 events += run.events
-        fallback = pending_reason(statuses, blocked, [r.report for r in runs])
+        # an acknowledged message (the usual case) needs no pending reason
+        fallback = (
+            ""
+            if settled.acknowledged
+            else pending_reason(statuses, blocked, [r.report for r in runs])
+        )
         outcome = outcome_name(settled, True, fallback)
         events += settlement_events(ctx.message_id, settled, outcome=outcome)
         return Outcome(self._report(ctx, settled.acknowledged, outcome), events)
