@@ -93,6 +93,15 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced_before_use(
     assert [len(t.writes) for t in opener.opened] == [1, 1]
 
 
+async def test_a_connection_already_closing_is_not_written_to() -> None:
+    opener = Opener()
+    reads = BlockingReads(opener)
+    await reads.call(COMMAND)
+    opener.opened[0].close()  # closing; its connection_lost is still on its way
+    assert await reads.call(COMMAND) == b"PONG"
+    assert [len(t.writes) for t in opener.opened] == [1, 1]
+
+
 async def test_broken_twice_fails_with_one_clear_line() -> None:
     opener = Opener(["drop"], ["drop"], ["answer"])
     reads = BlockingReads(opener)

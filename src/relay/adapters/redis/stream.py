@@ -232,7 +232,7 @@ class BlockingReads:
     async def call(self, command: bytes) -> Any:
         for attempt in (1, 2):
             link = self._link
-            if link is None or link.lost is not None:
+            if link is None or link.lost is not None or link.transport.is_closing():
                 link = await self._connect()
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             link.reply = future
