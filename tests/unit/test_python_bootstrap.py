@@ -22,6 +22,10 @@ def ok(event):
     print("stderr line", file=sys.stderr)
 def env(event):
     print("ENV", json.dumps({k: os.environ.get(k) for k in event["show"]}))
+def env_then_meddle(event):
+    env(event)
+    os.environ["KEPT"] = "meddled"
+    os.environ.pop("RELAY_HANDLER", None)
 async def async_ok(event):
     await asyncio.sleep(0)
 def boom(event):
@@ -139,6 +143,29 @@ def test_environment_is_set_then_removed_or_restored(app: Path) -> None:
     assert json.loads(second.removeprefix("ENV ")) == {
         "KEPT": "original",
         "ONLY_FIRST": None,
+        "RELAY_HANDLER": "mod.env",
+    }
+
+
+def test_a_handler_changing_its_environment_does_not_leak_into_the_next_request(
+    app: Path,
+) -> None:
+    boot = Bootstrap(app, KEPT="original")
+    try:
+        show = {"show": ["KEPT", "RELAY_HANDLER"]}
+        _, first = boot.call("mod.env_then_meddle", show, KEPT="override")
+        _, second = boot.call("mod.env", show, KEPT="override")
+        _, third = boot.call("mod.env", show)
+    finally:
+        boot.close()
+    request = {"KEPT": "override", "RELAY_HANDLER": "mod.env"}
+    assert json.loads(first.removeprefix("ENV ")) == {
+        **request,
+        "RELAY_HANDLER": "mod.env_then_meddle",
+    }
+    assert json.loads(second.removeprefix("ENV ")) == request
+    assert json.loads(third.removeprefix("ENV ")) == {
+        "KEPT": "original",
         "RELAY_HANDLER": "mod.env",
     }
 

@@ -45,7 +45,17 @@ def _flush_std() -> None:
             stream.flush()
 
 
+_RESOLVED: dict[str, Callable[[Any], Any]] = {}
+
+
 def _resolve(handler: str) -> Callable[[Any], Any]:
+    fn = _RESOLVED.get(handler)
+    if fn is None:
+        fn = _RESOLVED[handler] = _import(handler)
+    return fn
+
+
+def _import(handler: str) -> Callable[[Any], Any]:
     module_name, _, attr = handler.rpartition(".")
     if not module_name or not attr:
         raise ValueError(f"handler {handler!r} must be module.function")
@@ -74,6 +84,29 @@ def _describe(exc: BaseException) -> str:
     return detail[:500]
 
 
+# What each variable a request set was before Relay first set it (_MISSING:
+# unset). The next request's environment is applied as a difference: a variable
+# it does not set goes back to that value, one it sets to the value already in
+# place is not written again (the same function's requests mostly repeat theirs).
+_ORIGINAL: dict[str, object] = {}
+
+
+def _apply_env(env: dict[str, str]) -> None:
+    for key in [key for key in _ORIGINAL if key not in env]:
+        old = _ORIGINAL.pop(key)
+        with contextlib.suppress(ValueError):
+            if old is _MISSING:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = str(old)
+    environ = os.environ
+    for key, value in env.items():
+        if key not in _ORIGINAL:
+            _ORIGINAL[key] = environ.get(key, _MISSING)
+        if environ.get(key) != value:  # a handler may have changed it meanwhile
+            environ[key] = value
+
+
 def _serve_one(line: bytes) -> None:
     try:
         request = json.loads(line)
@@ -87,16 +120,13 @@ def _serve_one(line: bytes) -> None:
         _write_all(2, f"\nrelay bootstrap: bad request: {_describe(exc)}\n".encode())
         return
     env["RELAY_HANDLER"] = handler
-    saved: dict[str, object] = {}
     # Backstop deadline inside the container: if Relay is gone (killed) and the
     # handler hangs, the kernel ends the process at timeout + grace (SIGALRM's
     # default action; no Python code, so it works even inside blocking C code).
     signal.setitimer(signal.ITIMER_REAL, timeout_s + GRACE_S)
     ok, error = True, ""
     try:
-        for key, value in env.items():
-            saved[key] = os.environ.get(key, _MISSING)
-            os.environ[key] = value  # ValueError for a name the OS refuses: a failure
+        _apply_env(env)  # ValueError for a name the OS refuses: a failure
         _run(handler, event_text)
     except SystemExit as exc:
         if exc.code not in (None, 0):
@@ -106,12 +136,6 @@ def _serve_one(line: bytes) -> None:
         ok, error = False, _describe(exc)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        for key, old in saved.items():
-            with contextlib.suppress(ValueError):
-                if old is _MISSING:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = str(old)
     # after the handler's buffered output, on the same fd: stream order
     _flush_std()
     answer = json.dumps({"ok": ok, "error": error})
