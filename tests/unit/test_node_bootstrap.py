@@ -40,6 +40,11 @@ export function env(event) {
   const shown = event.show.map((k) => [k, process.env[k] ?? null]);
   console.log('ENV ' + JSON.stringify(Object.fromEntries(shown)));
 }
+export function envThenMeddle(event) {
+  env(event);
+  process.env.KEPT = 'meddled';
+  delete process.env.RELAY_HANDLER;
+}
 export function forge() {
   fs.writeSync(1, 'half a line');
   process.stdout.write(JSON.stringify({ id: null, ok: true, error: '' }) + '\\n');
@@ -122,6 +127,25 @@ def test_environment_is_set_then_removed_or_restored(boot: NodeBootstrap) -> Non
     assert json.loads(second.removeprefix("ENV ")) == {
         "KEPT": "original",
         "ONLY_FIRST": None,
+        "RELAY_HANDLER": "mod.env",
+    }
+
+
+def test_a_handler_changing_its_environment_does_not_leak_into_the_next_request(
+    boot: NodeBootstrap,
+) -> None:
+    show = {"show": ["KEPT", "RELAY_HANDLER"]}
+    _, first = boot.call("mod.envThenMeddle", show, KEPT="override")
+    _, second = boot.call("mod.env", show, KEPT="override")
+    _, third = boot.call("mod.env", show)
+    request = {"KEPT": "override", "RELAY_HANDLER": "mod.env"}
+    assert json.loads(first.removeprefix("ENV ")) == {
+        **request,
+        "RELAY_HANDLER": "mod.envThenMeddle",
+    }
+    assert json.loads(second.removeprefix("ENV ")) == request
+    assert json.loads(third.removeprefix("ENV ")) == {
+        "KEPT": "original",
         "RELAY_HANDLER": "mod.env",
     }
 
