@@ -16,7 +16,7 @@ import hiredis
 import pytest
 
 from relay.adapters.redis.stream import BlockingReads
-from relay.adapters.redis.takeover import TakenOver
+from relay.adapters.takeover import TakenOver
 from relay.domain.errors import DependencyUnavailable
 from tests.fakes import ClosingTransport
 

@@ -10,14 +10,16 @@ multiplexed frames (an 8-byte header: stream number, three zero bytes, a
 big-endian length) itself, so output is forwarded by the invoking task, never
 from inside the event loop's callback.
 
-The transport may be asyncio's or uvloop's (uvloop's is not an
-``asyncio.Transport`` subclass): only the methods both share are used.
+The transport may be asyncio's or uvloop's: see
+:mod:`relay.adapters.takeover`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, Final
+
+from relay.adapters.takeover import TakenOver
 
 # Buffered bytes past which reading pauses until the reader catches up (as
 # aiodocker's queue did), so a container printing while idle cannot grow
@@ -30,7 +32,7 @@ class DeadlinePassed(Exception):
     """The request's deadline passed before its answer came."""
 
 
-class AttachChannel(asyncio.Protocol):
+class AttachChannel(TakenOver):
     """Buffers what the container's attachment sends; one reader at a time."""
 
     def __init__(self, transport: Any, original: Any = None) -> None:
@@ -39,7 +41,7 @@ class AttachChannel(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.transport = transport
         # aiohttp's protocol, told when the connection goes (it awaits that on close)
-        self._original = original
+        self.replaced = original
         self._buffer = bytearray()
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
@@ -72,8 +74,7 @@ class AttachChannel(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._original is not None:
-            self._original.connection_lost(exc)
+        self.release_replaced(exc)
 
     # --- the reader's side -------------------------------------------------------------
     def write(self, data: bytes) -> None:

@@ -18,7 +18,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from relay.adapters.redis.keys import translated
-from relay.adapters.redis.takeover import OpenConnection, TakenOver, dedicated_connection
+from relay.adapters.redis.takeover import OpenConnection, bulk, dedicated_connection
+from relay.adapters.takeover import TakenOver
 from relay.domain.errors import DependencyUnavailable
 from relay.domain.outcome import Reclaimed, StreamMessage
 
@@ -62,10 +63,11 @@ class RedisEventStream:
         self._consumer = consumer
         self._cursor = "0-0"
         self._reads = BlockingReads(dedicated_connection(client))
-        self._read_head = _pack(
+        # XREADGROUP's 11 parts, packed once but for COUNT's and BLOCK's values
+        self._read_head = b"*11\r\n" + bulk(
             b"XREADGROUP", b"GROUP", group.encode(), consumer.encode(), b"COUNT"
         )
-        self._read_tail = _pack(b"STREAMS", stream.encode(), b">")
+        self._read_tail = bulk(b"STREAMS", stream.encode(), b">")
 
     @property
     def stream(self) -> str:
@@ -112,9 +114,8 @@ class RedisEventStream:
         return messages
 
     async def _read(self, count: int, block_ms: int) -> Any:
-        count_block = _pack(str(count).encode(), b"BLOCK", str(block_ms).encode())
-        command = b"*11\r\n" + self._read_head + count_block + self._read_tail
-        return await self._reads.call(command)
+        count_block = bulk(str(count).encode(), b"BLOCK", str(block_ms).encode())
+        return await self._reads.call(self._read_head + count_block + self._read_tail)
 
     async def reclaim(self, min_idle_ms: int, count: int) -> Reclaimed:
         """One ``XAUTOCLAIM`` step from the saved cursor (it wraps to ``0-0``).
@@ -171,22 +172,13 @@ class RedisEventStream:
                 await self._client.xack(self._stream, self._group, *ids)
 
 
-def _pack(*parts: bytes) -> bytes:
-    """RESP bulk strings, without the array header."""
-    return b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
-
-
 class _ReadLink(TakenOver):
     """The read connection: at most one command in flight."""
 
     def __init__(self) -> None:
         self.reader = hiredis.Reader()
-        self.transport: Any = None  # asyncio's or uvloop's: no isinstance checks
         self.reply: asyncio.Future[Any] | None = None
         self.lost: BaseException | None = None
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
@@ -198,9 +190,6 @@ class _ReadLink(TakenOver):
             return
         if reply is not False and self.reply is not None and not self.reply.done():
             self.reply.set_result(reply)
-
-    def eof_received(self) -> bool:
-        return False  # close; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._end(exc or ConnectionResetError("closed by the server"))

@@ -5,34 +5,19 @@ redis-py's per-command layers (pool checkout, retry wrapper, timeout context,
 response callbacks) by talking RESP themselves. redis-py still opens the
 connection, so everything the URL says applies (host and port or Unix socket,
 user and password, database, TLS, the connect timeout); then the protocol takes
-the transport over. The connection stays checked out of the pool, which closes
-it when the client is closed.
+the transport over (see :class:`relay.adapters.takeover.TakenOver`). The
+connection stays checked out of the pool, which closes it when the client is
+closed. The commands are packed with :func:`bulk` and :func:`command`.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
 
-
-class TakenOver(asyncio.Protocol):
-    """A protocol that took a redis-py connection's transport over.
-
-    ``replaced`` is redis-py's own protocol: when the connection ends it must
-    hear of it too, or closing the client waits for it forever. Subclasses call
-    :meth:`release_replaced` from ``connection_lost``.
-    """
-
-    replaced: asyncio.BaseProtocol | None = None
-
-    def release_replaced(self, exc: Exception | None) -> None:
-        if self.replaced is not None:
-            self.replaced.connection_lost(exc)
-            self.replaced = None
-
+from relay.adapters.takeover import TakenOver
 
 OpenConnection = Callable[[TakenOver], Awaitable[None]]
 """Opens a new connection (connected, authenticated, database selected) and
@@ -63,3 +48,13 @@ def dedicated_connection(client: Redis) -> OpenConnection:
         protocol.connection_made(transport)
 
     return open_connection
+
+
+def bulk(*parts: bytes) -> bytes:
+    """RESP bulk strings, without the array header."""
+    return b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+
+
+def command(*parts: bytes) -> bytes:
+    """One RESP command: the array header, then its bulk strings."""
+    return b"*%d\r\n" % len(parts) + bulk(*parts)
