@@ -241,7 +241,14 @@ class MessageDispatcher:
             events += settlement_events(ctx.message_id, settlement, outcome=outcome)
             return Outcome(self._report(ctx, settlement.acknowledged, outcome), events)
         return await self._execute(
-            ctx, payload, token=token, plan=plan, statuses=started.statuses, events=events
+            ctx,
+            payload,
+            token=token,
+            plan=plan,
+            blocked=blocked,
+            statuses=started.statuses,
+            claimed=claimed,
+            events=events,
         )
 
     async def _execute(
@@ -251,13 +258,13 @@ class MessageDispatcher:
         *,
         token: str,
         plan: list[_Planned],
+        blocked: bool,
         statuses: tuple[ClaimStatus, ...],
+        claimed: list[ClaimStatus],
         events: list[DomainEvent],
     ) -> Outcome[MessageReport]:
         by_field = {p.field: p for p in plan}
-        claimed = [s for s in statuses if s.status == CLAIMED]
         runs: list[_Run] = []
-        blocked = any(not p.ready for p in plan)
         try:
             for status in claimed:
                 runs.append(await self._attempt(ctx, payload, by_field[status.field], status))
