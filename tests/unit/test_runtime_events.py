@@ -20,6 +20,7 @@ from relay.adapters.docker.runtime import FLUSH_BATCH, DockerContainerRuntime
 from relay.domain.events import ContainerAcquired
 from relay.domain.execution import InvocationRequest
 from relay.domain.messages import DomainEvent
+from tests.unit.attach_frames import answer, mux
 
 pytestmark = pytest.mark.anyio
 
@@ -36,9 +37,7 @@ class AnsweringTransport:
         self.held: list[bytes] = []
 
     def write(self, data: bytes) -> None:
-        nonce = json.loads(data)["id"]
-        body = b"\x1erelay-end:" + nonce.encode() + b'{"ok": true, "error": ""}\n'
-        raw = bytes([2, 0, 0, 0]) + len(body).to_bytes(4, "big") + body
+        raw = mux(answer(json.loads(data)["id"]))
         if self.hold:
             self.held.append(raw)
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
@@ -19,24 +19,11 @@ from relay.adapters.docker.containers import (
     _Nonces,
 )
 from relay.domain.execution import InvocationRequest
+from tests.unit.attach_frames import STDERR, STDOUT, Message, answer, frame, mux
 
 pytestmark = pytest.mark.anyio
 
-STDOUT, STDERR = 1, 2
-
-
-class Message(NamedTuple):
-    stream: int
-    data: bytes
-
-
 Script = Callable[[str], Sequence[Message | OSError | float | None]]
-
-
-def mux(message: Message) -> bytes:
-    """One multiplexed attach frame, as the engine sends it."""
-    header = bytes([message.stream, 0, 0, 0]) + len(message.data).to_bytes(4, "big")
-    return header + message.data
 
 
 class ScriptedTransport:
@@ -88,16 +75,6 @@ class ScriptedTransport:
 
     def resume_reading(self) -> None:
         self.reading = True
-
-
-def frame(nonce: str, ok: bool = True, error: str = "") -> bytes:
-    """The one answer frame: marker, nonce, JSON answer, newline (on stderr)."""
-    body = json.dumps({"ok": ok, "error": error}).encode()
-    return b"\x1erelay-end:" + nonce.encode() + body + b"\n"
-
-
-def answer(nonce: str, ok: bool = True, error: str = "") -> Message:
-    return Message(STDERR, frame(nonce, ok, error))
 
 
 def make(script: Script, chunk: int = 0) -> tuple[ExecutionContainer, ScriptedTransport]:
