@@ -23,8 +23,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from relay.adapters.docker.bootstraps import END_MARKER_PREFIX as MARKER  # noqa: E402
+
 SOURCE = "src/relay/adapters/docker/bootstraps/python_bootstrap.py"
-MARKER = b"\x1erelay-end:"
 
 
 def cpu_seconds(pid: int) -> float:
