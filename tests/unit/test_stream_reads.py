@@ -58,7 +58,7 @@ class Opener:
             raise ConnectionRefusedError("Connection refused")
         transport = FakeTransport(protocol, self.plans.pop(0) if self.plans else [])
         self.opened.append(transport)
-        protocol.connection_made(transport)  # type: ignore[arg-type]  # a fake transport
+        protocol.connection_made(transport)
 
 
 async def test_a_reply_comes_back_and_the_connection_is_kept() -> None:
