@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import sys
+import tempfile
 from pathlib import Path
 
 import aiodocker
@@ -88,9 +89,13 @@ async def consume(url: str, stream: str, group: str, image: str, containers: int
             )
 
     await events.ensure_group()
+    # Relay's socket in each container, as the worker makes them with a local engine
+    direct_dir = Path(tempfile.mkdtemp(prefix="relay-floor-")) / "containers"
     async with (
         aiodocker.Docker() as docker,
-        DockerContainerRuntime(docker, hostname="bench-floor", output=lambda _: None) as runtime,
+        DockerContainerRuntime(
+            docker, hostname="bench-floor", output=lambda _: None, direct_dir=direct_dir
+        ) as runtime,
     ):
         runtime.activate(FUNCTION, image, "python3.14", containers)
         tasks = [asyncio.ensure_future(handle(runtime)) for _ in range(containers * 2)]

@@ -7,8 +7,11 @@ with the arguments Relay packs, and one request to one of N warm, hardened
 execution containers running Relay's bootstrap, answered by the end-marker
 frame. But Redis is spoken through an ``asyncio.Protocol`` with a hiredis
 reader (replies resolve futures in order; writes are flushed once per loop
-iteration), and the containers' attach connections are opened by hand on the
-Docker socket and cut into frames in ``data_received``. No timeouts, no
+iteration), and each container gets a Unix socket of the lean consumer's own,
+mounted as Relay mounts its own (``relay.adapters.docker.direct``): requests
+and answers go over it, while the attach connection, opened by hand on the
+Docker socket, stays open as Relay's does (a no-op handler prints nothing on
+it). No timeouts, no
 reconnects, no output forwarding, no error paths: it is a yardstick, not a
 design. The distance between this row and ``adapters only`` is what the
 layers of Relay's adapters cost; the libraries' own I/O is not the main part
@@ -22,8 +25,10 @@ its default Unix socket).
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import sys
+import tempfile
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,7 @@ from _redisbench import resp_command, run_consumer
 
 from relay.adapters.docker.bootstraps import END_MARKER_PREFIX
 from relay.adapters.docker.containers import ContainerSpec, container_config
+from relay.adapters.docker.direct import SOCKET_NAME, DirectSocket, DirectSockets
 from relay.adapters.redis.keys import dlq_key, invocation_key
 from relay.adapters.redis.ledger import ACKED_TTL_S, load_script
 from relay.domain.invocation import invocation_field
@@ -141,6 +147,45 @@ async def attach(container_id: str) -> AttachProtocol:
     return protocol
 
 
+class SocketProtocol(asyncio.Protocol):
+    """Relay's socket in one container: one request at a time, answered on it."""
+
+    def __init__(self, connected: asyncio.Future[SocketProtocol]) -> None:
+        self.connected = connected
+        self.buffer = bytearray()
+        self.answer: asyncio.Future[bytes] | None = None
+        self.transport: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.connected.set_result(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        end = self.buffer.find(b"\n")
+        if end >= 0 and self.answer is not None:
+            answer, self.answer = self.answer, None
+            answer.set_result(bytes(self.buffer[:end]))
+            del self.buffer[: end + 1]
+
+    def request(self, frame: bytes) -> asyncio.Future[bytes]:
+        self.answer = asyncio.get_running_loop().create_future()
+        self.transport.write(frame)
+        return self.answer
+
+
+async def listen(directory: Path) -> tuple[asyncio.AbstractServer, asyncio.Future[SocketProtocol]]:
+    os.mkdir(directory, mode=0o711)
+    os.chmod(directory, 0o711)
+    connected = asyncio.get_running_loop().create_future()
+    path = directory / SOCKET_NAME
+    server = await asyncio.get_running_loop().create_unix_server(
+        lambda: SocketProtocol(connected), str(path)
+    )
+    os.chmod(path, 0o666)
+    return server, connected
+
+
 async def consume(url: str, stream: str, group: str, image: str, count: int) -> None:
     loop = asyncio.get_running_loop()
     host, port = url.removeprefix("redis://").split("/")[0].rsplit(":", 1)
@@ -156,7 +201,9 @@ async def consume(url: str, stream: str, group: str, image: str, count: int) -> 
         await scripts.call(script.load_command())
     docker = aiodocker.Docker()
     spec = ContainerSpec(function="bench", image=image, runtime="python3.14", hostname="lean")
-    containers, idle = [], asyncio.Queue[AttachProtocol]()
+    containers, idle = [], asyncio.Queue[SocketProtocol]()
+    attached: list[AttachProtocol] = []
+    base = Path(tempfile.mkdtemp(prefix="relay-lean-"))
     places = asyncio.Semaphore(BUFFER)
     claims = FS.join((FIELD, "5", "15000"))
 
@@ -179,10 +226,9 @@ async def consume(url: str, stream: str, group: str, image: str, count: int) -> 
                 "event": payload.decode(),
                 "timeout_s": 5.0,
             }
-            answer = await container.request(
-                msgspec.json.encode(frame) + b"\n", END_MARKER_PREFIX + nonce.encode()
-            )
+            line = await container.request(msgspec.json.encode(frame) + b"\n")
             idle.put_nowait(container)
+            answer = line.removeprefix(END_MARKER_PREFIX + nonce.encode())
             if not msgspec.json.decode(answer)["ok"]:
                 raise SystemExit(f"lean: the handler failed: {answer!r}")
             report = FS.join((FIELD, str(attempt), "ok", ""))
@@ -191,11 +237,16 @@ async def consume(url: str, stream: str, group: str, image: str, count: int) -> 
             places.release()
 
     try:
-        for _ in range(count):
-            container = await docker.containers.create(config=container_config(spec))
+        for number in range(count):
+            server, connected = await listen(base / str(number))
+            direct = DirectSocket(base / str(number), DirectSockets(base))  # for its mount
+            config = container_config(spec, direct)
+            container = await docker.containers.create(config=config)
             containers.append(container)
-            idle.put_nowait(await attach(container.id))
+            attached.append(await attach(container.id))
             await container.start()
+            idle.put_nowait(await connected)
+            server.close()
         tasks: set[asyncio.Task[None]] = set()
         while True:
             await places.acquire()

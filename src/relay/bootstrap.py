@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 
 from relay.adapters.control.lock import ProcessLock
 from relay.adapters.control.server import ControlServer
-from relay.adapters.docker.connection import connect_docker
+from relay.adapters.docker.connection import connect_docker, engine_is_local
 from relay.adapters.docker.images import DockerImageBuilder
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
 from relay.adapters.docker.runtime import DockerContainerRuntime
@@ -223,6 +223,7 @@ async def build_worker(
             output=output or _print_line,
             max_containers=settings.max_concurrency,
             publish=bus.publish,
+            direct_dir=paths.direct_dir if engine_is_local(docker) else None,
         )
         builder = InstrumentedImageBuilder(DockerImageBuilder(docker), metrics)
         slots = Slots(settings.max_concurrency)

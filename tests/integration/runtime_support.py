@@ -76,9 +76,13 @@ async def runtime_for(
     networks: tuple[str, ...] = (),
     idle_timeout_s: float = 300.0,
     max_containers: int | None = None,
+    direct: bool = True,
 ) -> AsyncIterator[tuple[DockerContainerRuntime, Captured, aiodocker.Docker]]:
+    """A runtime as the worker makes one: with Relay's socket mounted into each
+    container (``direct``, as with a local engine), or requests on the attach stream."""
     docker = aiodocker.Docker()
     captured = Captured()
+    run_dir = Path(tempfile.mkdtemp(prefix="relay-direct-"))
     try:
         async with DockerContainerRuntime(
             docker,
@@ -89,11 +93,13 @@ async def runtime_for(
             observer=captured.events.append,
             publish=captured.publish,
             max_containers=max_containers,
+            direct_dir=run_dir / "containers" if direct else None,
         ) as runtime:
             yield runtime, captured, docker
     finally:
         await remove_worker_containers(docker, hostname)
         await docker.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 async def worker_containers(

@@ -17,6 +17,7 @@ import pytest
 import structlog
 
 from relay.adapters.docker.containers import ContainerSpec, ExecutionContainer, start_container
+from relay.adapters.docker.direct import DirectSocket, DirectSockets
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.application.concurrency import Slots
 from relay.application.environment import resolve_environment
@@ -46,6 +47,13 @@ BOTH_LOOPS = pytest.mark.parametrize(
         pytest.param("asyncio", id="asyncio"),
         pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
     ],
+)
+
+
+# Requests go over Relay's socket in each container when the engine is local
+# (the worker's default); the attach stream still serves when it cannot.
+BOTH_WAYS = pytest.mark.parametrize(
+    "direct", [pytest.param(True, id="socket"), pytest.param(False, id="attach")]
 )
 
 
@@ -157,9 +165,12 @@ async def test_pool_events_reach_the_bus_in_order_while_another_invocation_runs(
         assert set(outcomes[2:]) == {"warm"}
 
 
+@BOTH_WAYS
 @BOTH_LOOPS
-async def test_output_is_forwarded_line_by_line_with_the_prefix(image: str, unique: str) -> None:
-    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+async def test_output_is_forwarded_line_by_line_with_the_prefix(
+    image: str, unique: str, direct: bool
+) -> None:
+    async with runtime_for(f"w-{unique}", direct=direct) as (runtime, captured, _):
         runtime.activate(FN, image, PY, 1)
         assert_ok(
             await runtime.invoke(request(FN, "events.created.handler", {"n": 7}, context="1-0"))
@@ -175,10 +186,11 @@ async def test_output_is_forwarded_line_by_line_with_the_prefix(image: str, uniq
         assert not any("relay-end" in line for line in captured.lines)
 
 
+@BOTH_WAYS
 async def test_handler_exception_fails_the_invocation_but_keeps_the_container(
-    image: str, unique: str
+    image: str, unique: str, direct: bool
 ) -> None:
-    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+    async with runtime_for(f"w-{unique}", direct=direct) as (runtime, captured, _):
         runtime.activate(FN, image, PY, 1)
         failed = await runtime.invoke(request(FN, "probe.fail"))
         assert not failed.ok
@@ -202,8 +214,11 @@ async def test_missing_handler_is_a_failure_not_a_crash(image: str, unique: str)
         assert result.discarded is None
 
 
-async def test_printed_frames_cannot_change_the_result(image: str, unique: str) -> None:
-    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+@BOTH_WAYS
+async def test_printed_frames_cannot_change_the_result(
+    image: str, unique: str, direct: bool
+) -> None:
+    async with runtime_for(f"w-{unique}", direct=direct) as (runtime, captured, _):
         runtime.activate(FN, image, PY, 1)
         forged = await runtime.invoke(request(FN, "probe.forge_success"))
         assert not forged.ok
@@ -239,11 +254,12 @@ async def test_per_invocation_env_is_applied_and_restored(image: str, unique: st
         assert second["RELAY_HANDLER"] == "probe.hello"
 
 
+@BOTH_WAYS
 @BOTH_LOOPS
 async def test_timeout_discards_and_the_next_invocation_gets_a_fresh_container(
-    image: str, unique: str
+    image: str, unique: str, direct: bool
 ) -> None:
-    async with runtime_for(f"w-{unique}") as (runtime, captured, docker):
+    async with runtime_for(f"w-{unique}", direct=direct) as (runtime, captured, docker):
         runtime.activate(FN, image, PY, 1)
         assert_ok(await runtime.invoke(request(FN, "probe.hello")))
         (first,) = await worker_containers(docker, f"w-{unique}")
@@ -264,9 +280,12 @@ async def test_timeout_discards_and_the_next_invocation_gets_a_fresh_container(
         assert (snap.cold_starts, snap.discarded, snap.containers) == (2, 1, 1)
 
 
+@BOTH_WAYS
 @BOTH_LOOPS
-async def test_process_exit_discards_with_its_exit_code(image: str, unique: str) -> None:
-    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+async def test_process_exit_discards_with_its_exit_code(
+    image: str, unique: str, direct: bool
+) -> None:
+    async with runtime_for(f"w-{unique}", direct=direct) as (runtime, captured, _):
         runtime.activate(FN, image, PY, 1)
         result = await runtime.invoke(request(FN, "probe.crash", {"code": 7}))
         assert not result.ok
@@ -480,3 +499,57 @@ async def test_a_one_mib_event_and_a_refused_env_name(image: str, unique: str) -
         assert not refused.ok
         assert refused.discarded is None  # a failure, not a dead container
         assert_ok(await runtime.invoke(request(FN, "probe.hello")))
+
+
+async def test_requests_take_relays_socket_and_its_directory_goes_with_the_container(
+    image: str, unique: str
+) -> None:
+    async with runtime_for(f"w-{unique}", idle_timeout_s=0.5) as (runtime, captured, docker):
+        runtime.activate(FN, image, PY, 1)
+        assert_ok(await runtime.invoke(request(FN, "probe.hello")))
+        assert_ok(await runtime.invoke(request(FN, "probe.hello")))
+        (idle,) = runtime._pools[FN].idle
+        assert isinstance(idle, ExecutionContainer)
+        assert idle.direct is not None
+        link = idle.direct.link
+        assert link is not None
+        assert link.usable()  # the bootstrap connected: the second request went this way
+        directory = idle.direct.directory
+        (seen,) = await worker_containers(docker, f"w-{unique}")
+        mounts = (await seen.show())["Mounts"]
+        assert [(m["Source"], m["Destination"], m["RW"]) for m in mounts] == [
+            (str(directory), "/run/relay-channel", False)
+        ]
+        await poll(lambda: not directory.exists(), what="the evicted container's directory")
+        assert runtime.direct is not None
+        assert runtime.direct.on
+        hellos = captured.tagged("HELLO")
+        assert [h["count"] for h in hellos] == [1, 2]
+
+
+class _Elsewhere(DirectSockets):
+    """Sockets whose directory the engine cannot see, as when it runs on another host."""
+
+    async def open(self) -> DirectSocket | None:
+        direct = await super().open()
+        if direct is not None:
+            direct.directory = direct.directory.with_name("elsewhere-" + direct.directory.name)
+        return direct
+
+
+async def test_an_engine_that_cannot_mount_the_directory_gets_attach_only_containers(
+    image: str, unique: str
+) -> None:
+    async with runtime_for(f"w-{unique}") as (runtime, captured, docker):
+        assert runtime.direct is not None
+        runtime.direct = _Elsewhere(runtime.direct.base)
+        runtime.activate(FN, image, PY, 1)
+        with structlog.testing.capture_logs() as logs:
+            assert_ok(await runtime.invoke(request(FN, "probe.hello")))
+            assert_ok(await runtime.invoke(request(FN, "probe.hello")))
+        (off,) = [e for e in logs if e["event"] == "direct_socket_off"]
+        assert "the engine cannot mount" in off["reason"]
+        assert not runtime.direct.on
+        (seen,) = await worker_containers(docker, f"w-{unique}")
+        assert (await seen.show())["Mounts"] == []
+        assert [h["count"] for h in captured.tagged("HELLO")] == [1, 2]

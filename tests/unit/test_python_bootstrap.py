@@ -4,6 +4,10 @@ handler kinds, and its own deadlines."""
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -202,3 +206,198 @@ def test_a_request_past_timeout_plus_grace_ends_the_process(app: Path) -> None:
     boot.close()
     assert code != 0
     assert time.monotonic() - begun < 20
+
+
+# --- with Relay's socket (RELAY_CHANNEL) --------------------------------------------
+
+CHANNEL_APP = {
+    "quiet.py": """
+import os, subprocess, sys, threading, time
+def silent(event):
+    return None
+def loud(event):
+    print("printed", event["n"])
+def raw(event):
+    os.write(1, b"raw one\\n")
+    os.write(2, b"raw two\\n")
+    subprocess.run([sys.executable, "-c", "print('from a child')"], check=True)
+def big(event):
+    sys.stdout.write("y" * 300000 + "\\n")
+def later(event):
+    def speak():
+        time.sleep(0.2)
+        print("after the answer")
+    threading.Thread(target=speak).start()
+def boom(event):
+    raise ValueError("nope")
+def crash(event):
+    print("last words")
+    os._exit(7)
+def sleep(event):
+    time.sleep(60)
+""",
+}
+
+
+class ChannelBootstrap(Bootstrap):
+    """The bootstrap with ``RELAY_CHANNEL`` pointing at a socket this test listens on.
+
+    ``err`` collects what the process wrote to stderr (its output)."""
+
+    def __init__(self, app: Path, path: Path, **env: str) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen(1)
+        super().__init__(app, RELAY_CHANNEL=str(path), **env)
+        self.listener.settimeout(10)
+        self.conn, _ = self.listener.accept()
+        self.conn.settimeout(10)
+        self.err = b""
+
+    def send(self, handler: str, event: object = None, *, stdin: bool = False) -> str:
+        self.count += 1
+        nonce = f"nonce{self.count}"
+        request = {"id": nonce, "handler": handler, "env": {}, "event": json.dumps(event or {})}
+        line = json.dumps(request).encode() + b"\n"
+        if stdin:
+            assert self.process.stdin
+            self.process.stdin.write(line)
+            self.process.stdin.flush()
+        else:
+            self.conn.sendall(line)
+        return nonce
+
+    def answer(self, nonce: str) -> dict[str, object]:
+        """The next answer on the socket (it must be ``nonce``'s), once the output
+        it counts has been read from stderr (read meanwhile too, as Relay does:
+        the bootstrap blocks on a full stderr)."""
+        assert self.process.stderr
+        err_fd = self.process.stderr.fileno()
+        data = b""
+        while not data.endswith(b"\n"):
+            ready, _, _ = select.select([self.conn.fileno(), err_fd], [], [], 10)
+            assert ready, "no answer within 10 s"
+            if err_fd in ready:
+                self.err += os.read(err_fd, 65536)
+            if self.conn.fileno() in ready:
+                chunk = self.conn.recv(65536)
+                assert chunk, "the bootstrap closed its socket"
+                data += chunk
+        marker = b"\x1erelay-end:" + nonce.encode()
+        assert data.startswith(marker), data
+        answer = json.loads(data[len(marker) :])
+        assert isinstance(answer, dict)
+        self.read_err(int(answer["out"]))
+        return answer
+
+    def read_err(self, total: int) -> None:
+        assert self.process.stderr
+        while len(self.err) < total:
+            chunk = os.read(self.process.stderr.fileno(), 65536)
+            assert chunk, "stderr ended early"
+            self.err += chunk
+
+    def close(self) -> int:
+        self.conn.close()
+        self.listener.close()
+        return super().close()
+
+
+@pytest.fixture
+def channel_app(tmp_path: Path) -> Path:
+    return write_app(tmp_path / "quiet-app", CHANNEL_APP)
+
+
+@pytest.fixture
+def channel_boot(channel_app: Path, tmp_path: Path) -> Iterator[ChannelBootstrap]:
+    bootstrap = ChannelBootstrap(channel_app, tmp_path / "relay.sock")
+    yield bootstrap
+    bootstrap.close()
+
+
+def test_answers_come_on_the_socket_counting_the_output_before_them(
+    channel_boot: ChannelBootstrap,
+) -> None:
+    first = channel_boot.send("quiet.silent")
+    assert channel_boot.answer(first) == {"ok": True, "error": "", "out": 0}
+    second = channel_boot.send("quiet.loud", {"n": 7})
+    assert channel_boot.answer(second) == {"ok": True, "error": "", "out": 10}
+    assert channel_boot.err == b"printed 7\n"
+    third = channel_boot.send("quiet.boom")
+    answer = channel_boot.answer(third)
+    assert answer["ok"] is False
+    assert answer["error"] == "ValueError: nope"
+    assert channel_boot.err.startswith(b"printed 7\nTraceback")
+    assert len(channel_boot.err) == answer["out"]
+
+
+def test_raw_writes_and_child_processes_are_counted_in_order(
+    channel_boot: ChannelBootstrap,
+) -> None:
+    nonce = channel_boot.send("quiet.raw")
+    answer = channel_boot.answer(nonce)
+    assert answer["ok"] is True
+    assert channel_boot.err == b"raw one\nraw two\nfrom a child\n"
+    assert answer["out"] == len(channel_boot.err)
+
+
+def test_output_larger_than_a_pipe_is_all_counted(channel_boot: ChannelBootstrap) -> None:
+    nonce = channel_boot.send("quiet.big")
+    assert channel_boot.answer(nonce)["out"] == 300001
+    assert channel_boot.err == b"y" * 300000 + b"\n"
+
+
+def test_output_between_requests_counts_towards_the_next_answer(
+    channel_boot: ChannelBootstrap,
+) -> None:
+    nonce = channel_boot.send("quiet.later")
+    assert channel_boot.answer(nonce)["out"] == 0
+    channel_boot.read_err(len(b"after the answer\n"))
+    nonce = channel_boot.send("quiet.silent")
+    assert channel_boot.answer(nonce)["out"] == len(b"after the answer\n")
+
+
+def test_stdin_requests_are_answered_on_the_socket_too(channel_boot: ChannelBootstrap) -> None:
+    nonce = channel_boot.send("quiet.loud", {"n": 1}, stdin=True)
+    assert channel_boot.answer(nonce) == {"ok": True, "error": "", "out": 10}
+
+
+def test_output_just_before_a_crash_is_kept_and_the_exit_code_too(
+    channel_boot: ChannelBootstrap,
+) -> None:
+    channel_boot.send("quiet.crash")
+    assert channel_boot.process.wait(timeout=10) == 7
+    channel_boot.read_err(len(b"last words\n"))
+    assert channel_boot.err == b"last words\n"
+
+
+def test_the_deadline_ends_the_whole_process_by_its_signal(
+    channel_app: Path, tmp_path: Path
+) -> None:
+    boot = ChannelBootstrap(channel_app, tmp_path / "relay.sock", RELAY_GRACE_S="0.1")
+    try:
+        request = {"id": "n", "handler": "quiet.sleep", "env": {}, "event": "{}", "timeout_s": 0.2}
+        boot.conn.sendall(json.dumps(request).encode() + b"\n")
+        assert boot.process.wait(timeout=20) == -signal.SIGALRM
+    finally:
+        boot.close()
+
+
+def test_the_bootstrap_exits_when_relay_closes_the_socket(
+    channel_boot: ChannelBootstrap,
+) -> None:
+    channel_boot.conn.close()
+    assert channel_boot.process.wait(timeout=10) == 0
+
+
+def test_an_unusable_socket_is_reported_once_and_stdin_serves(channel_app: Path) -> None:
+    boot = Bootstrap(channel_app, RELAY_CHANNEL=str(channel_app / "missing.sock"))
+    try:
+        first, _ = boot.call("quiet.silent")
+        second, _ = boot.call("quiet.silent")
+    finally:
+        boot.close()
+    assert first["ok"] is True
+    assert "cannot connect to" in str(first["channel"])
+    assert str(channel_app / "missing.sock") in str(first["channel"])
+    assert second == {"id": "nonce2", "ok": True, "error": ""}

@@ -64,6 +64,11 @@ class Paths:
     def socket(self) -> Path:
         return self.run_dir / "relay.sock"
 
+    @property
+    def direct_dir(self) -> Path:
+        """Where the sockets mounted into execution containers live."""
+        return self.run_dir / "containers"
+
 
 @dataclass(frozen=True, slots=True)
 class RedisSettings:

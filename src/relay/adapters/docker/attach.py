@@ -59,18 +59,18 @@ class AttachChannel(TakenOver):
         if len(self._buffer) > READ_LIMIT and not self._paused:
             self._paused = True
             self.transport.pause_reading()
-        self._wake()
+        self.wake()
 
     def eof_received(self) -> bool:
         # the container's output ended: its process is gone (let the transport close)
         self.closed = True
-        self._wake()
+        self.wake()
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.error = exc
-        self._wake()
+        self.wake()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -145,9 +145,9 @@ class AttachChannel(TakenOver):
             self._timer = loop.call_at(deadline, self._expire)
             return
         self._timed_out = True
-        self._wake()
+        self.wake()
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -24,3 +24,10 @@ async def connect_docker() -> aiodocker.Docker:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DependencyUnavailable(f"docker is unreachable: {detail}") from exc
     return docker
+
+
+def engine_is_local(docker: aiodocker.Docker) -> bool:
+    """Whether the engine is reached through a Unix socket, so it may see
+    Relay's filesystem (whether a bind mount of Relay's directory works is
+    found out at the first container; see ``relay.adapters.docker.direct``)."""
+    return str(docker.docker_host).startswith("unix://")

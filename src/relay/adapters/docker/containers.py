@@ -4,6 +4,8 @@ The container runs the runtime's bootstrap as a long-lived process. Relay is
 attached to its stdin (requests) and its multiplexed stdout/stderr: the
 handler's output and, after it, the one answer frame come on stderr; anything
 on stdout is output (see ``relay.adapters.docker.bootstraps`` for the protocol).
+When Relay's own socket is mounted into the container (``direct``), requests go
+there instead, and so do the answers of handlers that printed nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ import msgspec
 import structlog
 
 from relay.adapters.docker.attach import AttachChannel, take_over
-from relay.adapters.docker.bootstraps import END_MARKER_PREFIX, bootstrap_command
+from relay.adapters.docker.bootstraps import (
+    END_MARKER_PREFIX,
+    bootstrap_command,
+    supports_direct,
+)
+from relay.adapters.docker.direct import DirectLink, DirectSocket, DirectSockets
 from relay.domain.execution import InvocationRequest
 
 log = structlog.get_logger(__name__)
@@ -78,8 +85,9 @@ def labels_for(spec: ContainerSpec) -> dict[str, str]:
     return labels
 
 
-def container_config(spec: ContainerSpec) -> dict[str, Any]:
-    """The hardened create body for the Engine API (``POST /containers/create``)."""
+def container_config(spec: ContainerSpec, direct: DirectSocket | None = None) -> dict[str, Any]:
+    """The hardened create body for the Engine API (``POST /containers/create``);
+    ``direct``'s directory is mounted read-only when given."""
     config: dict[str, Any] = {
         "Image": spec.image,
         "Cmd": bootstrap_command(spec.runtime),
@@ -114,6 +122,9 @@ def container_config(spec: ContainerSpec) -> dict[str, Any]:
             "Init": True,
         },
     }
+    if direct is not None:
+        config["Env"].append(direct.env())
+        config["HostConfig"]["Mounts"] = [direct.mount()]
     if spec.networks:
         # API 1.41 accepts one endpoint at create; the others are connected
         # before start (see ``start_container``).
@@ -144,10 +155,14 @@ class ExecutionContainer:
     container: Any  # aiodocker DockerContainer
     stream: Any  # aiodocker Stream (attach)
     channel: AttachChannel
+    # Relay's socket in the container; its link is None until the bootstrap connects
+    direct: DirectSocket | None = None
     created_at: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
     invocations: int = 0
     _stray: bytearray = field(default_factory=bytearray)
+    # bytes received on the stderr stream so far (answers on the socket count theirs)
+    _err_bytes: int = 0
     _output: bytearray = field(default_factory=bytearray)
     _request: InvocationRequest | None = None
     _prefix: str = ""
@@ -182,28 +197,62 @@ class ExecutionContainer:
             "timeout_s": timeout_s,
         }
         channel = self.channel
+        request_bytes = msgspec.json.encode(frame) + b"\n"
+        link = self._link()
         try:
-            channel.write(msgspec.json.encode(frame) + b"\n")
+            (link or channel).write(request_bytes)
         except (OSError, RuntimeError) as exc:
             raise ProcessExited(str(exc)) from exc
         marker = END_MARKER_PREFIX + nonce.encode()
+        # an answer from the socket, held until the output it counts has arrived
+        pending: _Answer | None = None
         channel.arm(timeout_s)
         try:
             while True:
                 received = channel.next_frame()
-                if received is None:
-                    if channel.closed:  # cleanly or not: the runtime asks the engine why
-                        self._flush_partial(output)
-                        raise ProcessExited("the container's process ended")
-                    await channel.wait()
-                elif received[0] == 1:
-                    self._take_stray(received[1], output)
-                else:
+                if received is not None:
+                    if received[0] == 1:
+                        self._take_stray(received[1], output)
+                        continue
+                    self._err_bytes += len(received[1])
                     answer = self._take_output(received[1], marker, output)
                     if answer is not None:
-                        return _parse_answer(answer)
+                        return self._result(_parse_answer(answer))
+                    continue
+                if pending is None and (link := link or self._link()) is not None:
+                    line = link.take_line()
+                    if line is not None:
+                        pending = self._answer_on_socket(line, marker)
+                if pending is not None and (self._err_bytes >= pending.out or channel.closed):
+                    self._flush_partial(output)  # a last unfinished line is this request's
+                    return self._result(pending)
+                if channel.closed:  # cleanly or not: the runtime asks the engine why
+                    self._flush_partial(output)
+                    raise ProcessExited("the container's process ended")
+                # (a closed socket alone waits for the attach stream's end: the
+                # output written before the process ended comes first)
+                await channel.wait()
         finally:
             channel.disarm()
+
+    def _link(self) -> DirectLink | None:
+        """The socket's connection, when the bootstrap has connected and it is open."""
+        link = self.direct.link if self.direct is not None else None
+        return link if link is not None and link.usable() else None
+
+    def _answer_on_socket(self, line: bytes, marker: bytes) -> _Answer:
+        if not line.startswith(marker):
+            raise ProtocolError("the socket carried something that is not this request's answer")
+        answer = _parse_answer(line[len(marker) :])
+        if answer.out < 0:
+            raise ProtocolError("the answer on the socket does not count its output")
+        return answer
+
+    def _result(self, answer: _Answer) -> tuple[bool, str]:
+        if answer.channel and self.direct is not None:
+            # the bootstrap could not reach the socket; it is served through stdin
+            self.direct.owner.turn_off(f"the bootstrap in {self.image}: {answer.channel}")
+        return answer.ok, answer.error
 
     def _line_prefix(self) -> str:
         if not self._prefix:
@@ -284,6 +333,8 @@ class ExecutionContainer:
         with anyio.CancelScope(shield=True):
             with contextlib.suppress(Exception):
                 await self.stream.close()
+            if self.direct is not None:
+                self.direct.close()
             await remove_container(self.container)
 
 
@@ -314,19 +365,23 @@ def _split_lines(buffer: bytes | bytearray, keep: int) -> tuple[list[bytes], byt
 class _Answer(msgspec.Struct):
     ok: bool
     error: str
+    # set in the first answer of a bootstrap that was offered a socket and could
+    # not connect: why
+    channel: str = ""
+    # on the socket: how many bytes the bootstrap had written to stderr by then
+    out: int = -1
 
 
 _ANSWER = msgspec.json.Decoder(_Answer)
 
 
-def _parse_answer(raw: bytes) -> tuple[bool, str]:
+def _parse_answer(raw: bytes) -> _Answer:
     try:
-        answer = _ANSWER.decode(raw)
+        return _ANSWER.decode(raw)
     except msgspec.ValidationError as exc:
         raise ProtocolError("the answer frame is malformed") from exc
     except msgspec.DecodeError as exc:
         raise ProtocolError("the answer frame is not JSON") from exc
-    return answer.ok, answer.error
 
 
 class _Nonces:
@@ -360,18 +415,35 @@ def _prefix(request: InvocationRequest | None, *, function: str = "") -> str:
     return prefix + ": "
 
 
-async def start_container(docker: aiodocker.Docker, spec: ContainerSpec) -> ExecutionContainer:
-    """Create, attach and start one hardened execution container.
+async def start_container(
+    docker: aiodocker.Docker, spec: ContainerSpec, sockets: DirectSockets | None = None
+) -> ExecutionContainer:
+    """Create, attach and start one hardened execution container, with a socket
+    from ``sockets`` when its runtime's bootstrap can use one.
 
-    On any failure the half-made container is removed before the error propagates.
+    On any failure the half-made container (and its socket) is removed before
+    the error propagates.
     """
-    container = await docker.containers.create(config=container_config(spec))
+    direct = None
+    if sockets is not None and supports_direct(spec.runtime):
+        direct = await sockets.open()
+    try:
+        container, mounted = await _create(docker, spec, direct)
+    except BaseException:
+        if direct is not None:
+            direct.close()
+        raise
+    if direct is not None and not mounted:
+        direct.close()
+        direct = None
     try:
         for network in spec.networks[1:]:
             await (await docker.networks.get(network)).connect({"Container": container.id})
         stream = container.attach(stdin=True, stdout=True, stderr=True)
         await stream._init()  # attach before start, so no output is missed
         channel = take_over(stream)
+        if direct is not None:
+            direct.notify(channel.wake)
         try:
             await container.start()
         except BaseException:
@@ -379,9 +451,33 @@ async def start_container(docker: aiodocker.Docker, spec: ContainerSpec) -> Exec
                 await stream.close()
             raise
     except BaseException:
+        if direct is not None:
+            direct.close()
         await remove_container(container)
         raise
-    return ExecutionContainer(spec=spec, container=container, stream=stream, channel=channel)
+    return ExecutionContainer(
+        spec=spec, container=container, stream=stream, channel=channel, direct=direct
+    )
+
+
+async def _create(
+    docker: aiodocker.Docker, spec: ContainerSpec, direct: DirectSocket | None
+) -> tuple[Any, bool]:
+    """The created container, and whether ``direct`` is mounted in it.
+
+    An engine that refuses the mount (it runs on another host, where the
+    directory does not exist) gets the container without it, and the sockets
+    are turned off for good."""
+    if direct is None:
+        return await docker.containers.create(config=container_config(spec)), False
+    try:
+        return await docker.containers.create(config=container_config(spec, direct)), True
+    except aiodocker.DockerError as exc:
+        if exc.status != 400:
+            raise
+        container = await docker.containers.create(config=container_config(spec))
+        direct.owner.turn_off(f"the engine cannot mount {direct.directory}: {exc.message}")
+        return container, False
 
 
 def env_names(env: Mapping[str, str]) -> list[str]:

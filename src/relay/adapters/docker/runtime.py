@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -34,6 +35,7 @@ from relay.adapters.docker.containers import (
     ProtocolError,
     start_container,
 )
+from relay.adapters.docker.direct import DirectSockets
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
 from relay.adapters.docker.pool import FunctionPool, Observer, PooledContainer
 from relay.domain.execution import (
@@ -95,8 +97,12 @@ class DockerContainerRuntime:
         publish: Callable[[Sequence[DomainEvent]], Awaitable[None]] | None = None,
         max_containers: int | None = None,
         flush_after_s: float = FLUSH_AFTER_S,
+        direct_dir: Path | None = None,
     ) -> None:
         self._docker = docker
+        # Relay's own socket per container, under this directory (see
+        # ``relay.adapters.docker.direct``); None: requests use the attach stream
+        self.direct = DirectSockets(direct_dir) if direct_dir is not None else None
         self._hostname = hostname
         self._networks = tuple(networks)
         self._idle_timeout_s = idle_timeout_s
@@ -299,7 +305,7 @@ class DockerContainerRuntime:
         )
         try:
             with anyio.fail_after(START_TIMEOUT_S):
-                container = await start_container(self._docker, spec)
+                container = await start_container(self._docker, spec, self.direct)
         except Exception as exc:
             pool.start_failed()
             detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__

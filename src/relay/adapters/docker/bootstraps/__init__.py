@@ -15,9 +15,17 @@ Protocol (version ``BOOTSTRAP_VERSION``), one request at a time:
   without the request's nonce is output, never a result.
 * Nothing of the protocol travels on the stdout stream: whatever arrives
   there (a stray write to fd 1) is output.
-* The bootstrap exits on stdin EOF, when no request arrives within the idle
-  deadline (``RELAY_IDLE_DEADLINE_S``), and kills itself when one request runs
-  past its timeout plus ``RELAY_GRACE_S``: an orphaned container stops by itself.
+* When ``RELAY_CHANNEL`` names a socket (Relay's, mounted into the container;
+  see ``relay.adapters.docker.direct``), the Python bootstrap connects to it
+  before serving and takes requests there too. It answers a request from the
+  socket on the socket when nothing was printed since the last answer, else on
+  stderr after that output: the output-before-answer order holds either way.
+  A bootstrap that cannot connect serves stdin only and says why, once, in an
+  extra ``"channel"`` field of its first answer.
+* The bootstrap exits on stdin EOF (or the socket's), when no request arrives
+  within the idle deadline (``RELAY_IDLE_DEADLINE_S``), and kills itself when
+  one request runs past its timeout plus ``RELAY_GRACE_S``: an orphaned
+  container stops by itself.
 """
 
 from __future__ import annotations
@@ -25,12 +33,17 @@ from __future__ import annotations
 from importlib import resources
 from typing import Final
 
-BOOTSTRAP_VERSION: Final = "6"
+BOOTSTRAP_VERSION: Final = "7"
 
 _FILES: Final = {
     "python3.14": ("python_bootstrap.py", "/relay/bootstrap.py", ["python", "-u"]),
     "node24": ("node_bootstrap.mjs", "/relay/bootstrap.mjs", ["node"]),
 }
+
+# runtimes whose bootstrap connects to Relay's socket when offered one (the Node
+# bootstrap cannot see a raw write to fd 1 or 2, so it cannot tell which way to
+# answer without breaking the output-before-answer order; it keeps stdin)
+_DIRECT: Final = frozenset({"python3.14"})
 
 # starts an answer frame; the nonce and the JSON answer follow, then a newline
 END_MARKER_PREFIX: Final = b"\x1erelay-end:"
@@ -54,3 +67,9 @@ def bootstrap_command(runtime: str) -> list[str]:
     """The container command that starts the bootstrap."""
     _, path, argv = _entry(runtime)
     return [*argv, path]
+
+
+def supports_direct(runtime: str) -> bool:
+    """Whether the runtime's bootstrap can take requests on Relay's mounted socket
+    (``RELAY_CHANNEL``; see ``relay.adapters.docker.direct``)."""
+    return runtime in _DIRECT

@@ -7,6 +7,14 @@ stderr, written after the handler's output is flushed, so it arrives after all
 of it; it carries the request's nonce, which the handler never sees, so nothing
 the handler prints can forge a result. Standard library only: it runs on
 whatever Python the function image has.
+
+When Relay mounts a socket of its own into the container (``RELAY_CHANNEL``
+names it), the bootstrap connects to it before serving, and requests may also
+arrive there. A request from the socket whose handler printed nothing is
+answered on the socket; one that printed is answered on stderr after its
+output, as above, so the order of output and answer never depends on which way
+the request came. To know whether anything was printed, the handler's fds 1
+and 2 are then a pipe that a thread copies to stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -27,6 +36,7 @@ from typing import Any
 GRACE_S = float(os.environ.get("RELAY_GRACE_S") or "2")
 IDLE_DEADLINE_S = float(os.environ.get("RELAY_IDLE_DEADLINE_S") or "330")
 APP_DIR = os.environ.get("RELAY_APP_DIR") or os.getcwd()
+CHANNEL = os.environ.get("RELAY_CHANNEL") or ""
 END_MARKER = "\x1erelay-end:"
 _MISSING = object()
 
@@ -107,7 +117,7 @@ def _apply_env(env: dict[str, str]) -> None:
             environ[key] = value
 
 
-def _serve_one(line: bytes) -> None:
+def _serve_one(line: bytes, answer: Callable[[str, str], None]) -> None:
     try:
         request = json.loads(line)
         nonce = str(request["id"])
@@ -138,36 +148,155 @@ def _serve_one(line: bytes) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
     # after the handler's buffered output, on the same fd: stream order
     _flush_std()
-    answer = json.dumps({"ok": ok, "error": error})
-    _write_all(2, (END_MARKER + nonce + answer + "\n").encode())
+    answer(nonce, json.dumps({"ok": ok, "error": error}))
 
 
-def main() -> None:
-    # A private, close-on-exec copy of the request fd; the handler's fds 0/1/2
-    # become /dev/null, stderr, stderr.
-    requests_fd = os.dup(0)
-    os.dup2(2, 1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
+def _serve(sources: list[int], answer: Callable[[str, str], None]) -> None:
+    """Serve request lines from ``sources`` one at a time until one of them ends."""
     # the default action of SIGALRM terminates the process: the request deadline
-    # (the bootstrap is not PID 1: the container runs a tiny init)
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     if APP_DIR not in sys.path:
         sys.path.insert(0, APP_DIR)
-    buffer = b""
+    buffers = dict.fromkeys(sources, b"")
     while True:
-        while b"\n" not in buffer:
-            ready, _, _ = select.select([requests_fd], [], [], IDLE_DEADLINE_S)
-            if not ready:
-                os._exit(0)  # idle past Relay's own eviction: nobody will come back
-            chunk = os.read(requests_fd, 1 << 16)
+        ready, _, _ = select.select(sources, [], [], IDLE_DEADLINE_S)
+        if not ready:
+            os._exit(0)  # idle past Relay's own eviction: nobody will come back
+        for fd in ready:
+            chunk = os.read(fd, 1 << 16)
             if not chunk:
-                os._exit(0)  # stdin closed: Relay detached or died
-            buffer += chunk
-        line, buffer = buffer.split(b"\n", 1)
-        if line.strip():
-            _serve_one(line)
+                os._exit(0)  # Relay detached or died
+            buffer = buffers[fd] + chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if line.strip():
+                    _serve_one(line, answer)
+            buffers[fd] = buffer
+
+
+def _quiet_stdio() -> int:
+    """A private, close-on-exec copy of stdin (the requests); fd 0 becomes /dev/null."""
+    requests_fd = os.dup(0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    return requests_fd
+
+
+def _serve_on_stdio(problem: str) -> None:
+    """Requests on stdin; output then each answer on stderr (fd 1 joins fd 2)."""
+    requests_fd = _quiet_stdio()
+    os.dup2(2, 1)
+    said = [problem]
+
+    def answer(nonce: str, text: str) -> None:
+        if said[0]:  # why the offered socket is not used, with the first answer
+            text = text[:-1] + ", " + json.dumps({"channel": said[0]})[1:]
+            said[0] = ""
+        _write_all(2, (END_MARKER + nonce + text + "\n").encode())
+
+    _serve([requests_fd], answer)
+
+
+def _serve_with_socket(channel: socket.socket) -> None:
+    """Requests on the socket (and stdin); answers on the socket, each saying how
+    many bytes of output came before it.
+
+    The process forks. The child serves; its fds 1 and 2 are a pipe and its
+    answers go through a second pipe, both read by this process, the relay: it
+    copies output to stderr, counting, and sends each answer only after copying
+    everything written before it. The relay outlives the child: output written
+    just before the child dies (a crash, ``os._exit``, the deadline's SIGALRM)
+    is still copied, and the relay then ends the same way the child did."""
+    output_r, output_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(output_r)
+            os.close(answers_r)
+            requests_fd = _quiet_stdio()
+            os.dup2(output_w, 1)  # inherited by the handler's own subprocesses
+            os.dup2(output_w, 2)
+            os.close(output_w)
+
+            def answer(nonce: str, text: str) -> None:
+                _write_all(answers_w, (nonce + " " + text + "\n").encode())
+
+            _serve([requests_fd, channel.fileno()], answer)
+        except BaseException:  # noqa: BLE001 - a bug of the bootstrap's own: say it, then leave
+            traceback.print_exc()
+        finally:
+            os._exit(1)
+    os.close(output_w)
+    os.close(answers_w)
+    _quiet_stdio()
+    _relay(child, output_r, answers_r, channel)
+
+
+def _relay(child: int, output_r: int, answers_r: int, channel: socket.socket) -> None:
+    os.set_blocking(output_r, False)
+    copied = 0
+    pending = b""
+
+    def copy() -> None:
+        nonlocal copied
+        while True:
+            try:
+                chunk = os.read(output_r, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            _write_all(2, chunk)
+            copied += len(chunk)
+
+    sources = [output_r, answers_r]
+    while True:
+        ready, _, _ = select.select(sources, [], [])
+        if output_r in ready:
+            copy()
+        if answers_r not in ready:
+            continue
+        chunk = os.read(answers_r, 1 << 16)
+        if not chunk:
+            break  # the child is gone
+        pending += chunk
+        copy()  # whatever was written before these answers
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            nonce, _, text = line.decode().partition(" ")
+            frame = f'{END_MARKER}{nonce}{text[:-1]}, "out": {copied}}}\n'
+            with contextlib.suppress(OSError):  # Relay went away: the child sees it too
+                channel.sendall(frame.encode())
+    copy()
+    _, status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def _connect(path: str) -> tuple[socket.socket | None, str]:
+    """Relay's socket, or why it cannot be used."""
+    if not path:
+        return None, ""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as exc:
+        sock.close()
+        return None, f"cannot connect to {path}: {exc.strerror or exc}"
+    return sock, ""
+
+
+def main() -> None:
+    channel, problem = _connect(CHANNEL)
+    if channel is None:
+        _serve_on_stdio(problem)
+    else:
+        _serve_with_socket(channel)
 
 
 if __name__ == "__main__":
