@@ -81,4 +81,17 @@ def test_the_examples_serve_their_events(
 
     wait_until(acked, 30, "both messages to be acknowledged")
     assert not worker.find(r'handler "events\.(updated|deleted)\.handler"')
+    # The Python container's bootstrap connected to the worker's socket (the Node
+    # ones keep stdin): a second event goes that way, output first as ever.
+    (socket_dir,) = (worker.run_dir / "containers").iterdir()
+    assert (socket_dir / "relay.sock").is_socket()
+    again = send_event(sync_redis, stream, {**EXAMPLE_EVENT, "event_id": "evt_124"})
+    worker.wait_for(
+        handler_line(
+            "user-events-python", "events.created.handler", again, "User created: user_123"
+        )
+    )
+    wait_until(acked, 30, "the second event to be acknowledged")
+    assert not worker.find("direct_socket_off")
     assert worker.stop() == 0
+    assert list((worker.run_dir / "containers").iterdir()) == []
