@@ -235,6 +235,9 @@ def crash(event):
     os._exit(7)
 def sleep(event):
     time.sleep(60)
+def close_output(event):
+    os.close(1)
+    os.close(2)
 """,
 }
 
@@ -401,3 +404,39 @@ def test_an_unusable_socket_is_reported_once_and_stdin_serves(channel_app: Path)
     assert "cannot connect to" in str(first["channel"])
     assert str(channel_app / "missing.sock") in str(first["channel"])
     assert second == {"id": "nonce2", "ok": True, "error": ""}
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_handler_closing_its_output_leaves_the_relay_idle(
+    channel_boot: ChannelBootstrap,
+) -> None:
+    nonce = channel_boot.send("quiet.close_output")
+    assert channel_boot.answer(nonce)["ok"] is True
+    nonce = channel_boot.send("quiet.silent")
+    assert channel_boot.answer(nonce)["ok"] is True
+    # the relay (the process started) saw its pipe end: it must not spin on it
+    pid = channel_boot.process.pid
+    before = _cpu_seconds(pid)
+    time.sleep(0.5)
+    assert _cpu_seconds(pid) - before < 0.25
+
+
+def test_without_ctypes_every_answer_goes_through_the_relay(
+    channel_app: Path, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "no-ctypes"
+    blocker.mkdir()
+    (blocker / "ctypes.py").write_text("raise ImportError('no ctypes here')\n")
+    boot = ChannelBootstrap(channel_app, tmp_path / "relay.sock", PYTHONPATH=str(blocker))
+    try:
+        first = boot.send("quiet.silent")
+        assert boot.answer(first) == {"ok": True, "error": "", "out": 0}
+        second = boot.send("quiet.loud", {"n": 3})
+        assert boot.answer(second) == {"ok": True, "error": "", "out": 10}
+        assert boot.err == b"printed 3\n"
+    finally:
+        boot.close()

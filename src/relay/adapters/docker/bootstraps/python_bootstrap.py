@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import importlib
 import inspect
 import json
+import mmap
 import os
 import select
 import signal
 import socket
 import sys
+import termios
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -36,6 +39,11 @@ from typing import Any
 GRACE_S = float(os.environ.get("RELAY_GRACE_S") or "2")
 IDLE_DEADLINE_S = float(os.environ.get("RELAY_IDLE_DEADLINE_S") or "330")
 APP_DIR = os.environ.get("RELAY_APP_DIR") or os.getcwd()
+try:
+    import ctypes
+except ImportError:  # a Python built without it: answers always go through the relay
+    ctypes = None  # type: ignore[assignment]
+
 CHANNEL = os.environ.get("RELAY_CHANNEL") or ""
 END_MARKER = "\x1erelay-end:"
 _MISSING = object()
@@ -202,26 +210,39 @@ def _serve_with_socket(channel: socket.socket) -> None:
     """Requests on the socket (and stdin); answers on the socket, each saying how
     many bytes of output came before it.
 
-    The process forks. The child serves; its fds 1 and 2 are a pipe and its
-    answers go through a second pipe, both read by this process, the relay: it
-    copies output to stderr, counting, and sends each answer only after copying
-    everything written before it. The relay outlives the child: output written
-    just before the child dies (a crash, ``os._exit``, the deadline's SIGALRM)
-    is still copied, and the relay then ends the same way the child did."""
+    The process forks. The child serves, with its fds 1 and 2 on a pipe that
+    this process, the relay, copies to stderr, counting. The relay outlives the
+    child: output written just before the child dies (a crash, ``os._exit``,
+    the deadline's SIGALRM) is still copied, and the relay then ends the same
+    way the child did.
+
+    The count is a word both processes share: twice the bytes copied, plus one
+    while the relay is between taking bytes from the pipe and counting them.
+    The child answers on the socket itself when the pipe is empty and the word
+    is even and did not change around that look (nothing it wrote can be in
+    flight); otherwise it hands the answer to the relay through a second pipe,
+    and the relay sends it after copying what came before it."""
     output_r, output_w = os.pipe()
     answers_r, answers_w = os.pipe()
+    word = _shared_word()
     child = os.fork()
     if child == 0:
         try:
-            os.close(output_r)
             os.close(answers_r)
             requests_fd = _quiet_stdio()
             os.dup2(output_w, 1)  # inherited by the handler's own subprocesses
             os.dup2(output_w, 2)
             os.close(output_w)
+            unread = bytearray(4)
 
             def answer(nonce: str, text: str) -> None:
-                _write_all(answers_w, (nonce + " " + text + "\n").encode())
+                before = word.value
+                fcntl.ioctl(output_r, termios.FIONREAD, unread)
+                if not before & 1 and unread == b"\0\0\0\0" and word.value == before:
+                    frame = f'{END_MARKER}{nonce}{text[:-1]}, "out": {before >> 1}}}\n'
+                    channel.sendall(frame.encode())
+                else:
+                    _write_all(answers_w, (nonce + " " + text + "\n").encode())
 
             _serve([requests_fd, channel.fileno()], answer)
         except BaseException:  # noqa: BLE001 - a bug of the bootstrap's own: say it, then leave
@@ -231,31 +252,49 @@ def _serve_with_socket(channel: socket.socket) -> None:
     os.close(output_w)
     os.close(answers_w)
     _quiet_stdio()
-    _relay(child, output_r, answers_r, channel)
+    _relay(child, output_r, answers_r, channel, word)
 
 
-def _relay(child: int, output_r: int, answers_r: int, channel: socket.socket) -> None:
+class _NotShared:
+    """Stands in for the shared word without ctypes: odd for ever in the child."""
+
+    value = 1
+
+
+def _shared_word() -> Any:
+    if ctypes is None:
+        return _NotShared()
+    shared = mmap.mmap(-1, 8)  # anonymous and shared: the child sees the relay's writes
+    return ctypes.c_uint64.from_buffer(shared)
+
+
+def _relay(child: int, output_r: int, answers_r: int, channel: socket.socket, word: Any) -> None:
     os.set_blocking(output_r, False)
     copied = 0
     pending = b""
 
-    def copy() -> None:
+    def copy() -> bool:
+        """Copy what the pipe holds now; False once every writer is gone."""
         nonlocal copied
         while True:
+            word.value = copied << 1 | 1
             try:
                 chunk = os.read(output_r, 1 << 16)
             except BlockingIOError:
-                return
+                word.value = copied << 1
+                return True
+            if chunk:
+                _write_all(2, chunk)
+                copied += len(chunk)
+            word.value = copied << 1
             if not chunk:
-                return
-            _write_all(2, chunk)
-            copied += len(chunk)
+                return False
 
     sources = [output_r, answers_r]
     while True:
         ready, _, _ = select.select(sources, [], [])
-        if output_r in ready:
-            copy()
+        if output_r in ready and not copy():
+            sources.remove(output_r)  # fds 1 and 2 closed by the handler: answers only
         if answers_r not in ready:
             continue
         chunk = os.read(answers_r, 1 << 16)
