@@ -68,6 +68,19 @@ from relay.domain.execution import PoolSnapshot
 
 log = structlog.get_logger("relay.bootstrap")
 
+
+def _direct_dir(docker: Any, wanted: Path) -> Path | None:
+    """Where the containers' sockets go (``wanted``), or None (said once) when
+    the engine is not on this host and could not mount them."""
+    if engine_is_local(docker):
+        return wanted
+    log.warning(
+        "direct_socket_off",
+        reason=f"the engine is reached at {docker.docker_host}, not through a local Unix socket",
+        requests_go="through the engine's attach stream",
+    )
+    return None
+
 # A background loop: ``async def run(*, task_status)`` started with ``TaskGroup.start``.
 Loop = Callable[..., Coroutine[Any, Any, None]]
 
@@ -223,7 +236,7 @@ async def build_worker(
             output=output or _print_line,
             max_containers=settings.max_concurrency,
             publish=bus.publish,
-            direct_dir=paths.direct_dir if engine_is_local(docker) else None,
+            direct_dir=_direct_dir(docker, paths.direct_dir),
         )
         builder = InstrumentedImageBuilder(DockerImageBuilder(docker), metrics)
         slots = Slots(settings.max_concurrency)

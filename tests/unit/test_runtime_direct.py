@@ -33,6 +33,7 @@ from relay.adapters.docker.direct import (
     DirectSocket,
     DirectSockets,
 )
+from relay.bootstrap import _direct_dir
 from relay.domain.execution import InvocationRequest
 from tests.unit.attach_frames import STDERR, Message, mux
 
@@ -358,3 +359,20 @@ async def test_a_base_it_cannot_use_turns_the_sockets_off_with_one_line(tmp_path
     assert [entry["event"] for entry in logs] == ["direct_socket_off"]
     assert str(blocker / "containers") in logs[0]["reason"]
     assert blocker.read_text() == "not a directory"
+
+
+class _Engine:
+    """What the composition root reads of the Docker client: where the engine is."""
+
+    def __init__(self, docker_host: str) -> None:
+        self.docker_host = docker_host
+
+
+def test_a_local_engine_gets_the_sockets_and_a_remote_one_is_said_once() -> None:
+    wanted = Path("/run/relay/containers")
+    with capture_logs() as logs:
+        assert _direct_dir(_Engine("unix:///var/run/docker.sock"), wanted) == wanted
+        assert _direct_dir(_Engine("tcp://socket-proxy:2375"), wanted) is None
+    (line,) = logs
+    assert line["event"] == "direct_socket_off"
+    assert "tcp://socket-proxy:2375" in line["reason"]
