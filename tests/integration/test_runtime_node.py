@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from relay.adapters.docker.containers import ContainerSpec, start_container
+from relay.adapters.docker.containers import ContainerSpec, ExecutionContainer, start_container
 from relay.domain.events import ContainerDiscarded
 from tests.integration.runtime_support import (
     assert_ok,
@@ -24,6 +24,12 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 NODE = "node24"
 FN = "node-fn"
+
+
+# requests over Relay's socket (the worker's default with a local engine), or stdin
+BOTH_WAYS = pytest.mark.parametrize(
+    "direct", [pytest.param(True, id="socket"), pytest.param(False, id="attach")]
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +61,12 @@ async def test_warm_reuse_env_and_output(image: str, unique: str) -> None:
         snap = runtime.snapshot(FN)
         assert snap is not None
         assert (snap.cold_starts, snap.warm_acquires) == (1, 1)
+        # the bootstrap connected to Relay's socket: the second request went that way
+        (idle,) = runtime._pools[FN].idle
+        assert isinstance(idle, ExecutionContainer)
+        assert idle.direct is not None
+        assert idle.direct.link is not None
+        assert idle.direct.link.usable()
 
 
 async def test_async_and_nested_index_module(image: str, unique: str) -> None:
@@ -67,10 +79,11 @@ async def test_async_and_nested_index_module(image: str, unique: str) -> None:
         assert "NESTED 5" in text
 
 
+@BOTH_WAYS
 async def test_failure_keeps_the_container_and_forged_frames_change_nothing(
-    image: str, unique: str
+    image: str, unique: str, direct: bool
 ) -> None:
-    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+    async with runtime_for(f"w-{unique}", direct=direct) as (runtime, captured, _):
         runtime.activate(FN, image, NODE, 1)
         failed = await runtime.invoke(request(FN, "probe.fail"))
         assert not failed.ok
@@ -125,8 +138,11 @@ async def _none_left(docker: Any, hostname: str) -> bool:
     return not await worker_containers(docker, hostname)
 
 
-async def test_partial_and_endless_lines_do_not_break_the_answer(image: str, unique: str) -> None:
-    async with runtime_for(f"w-{unique}") as (runtime, captured, _):
+@BOTH_WAYS
+async def test_partial_and_endless_lines_do_not_break_the_answer(
+    image: str, unique: str, direct: bool
+) -> None:
+    async with runtime_for(f"w-{unique}", direct=direct) as (runtime, captured, _):
         runtime.activate(FN, image, NODE, 1)
         assert_ok(await runtime.invoke(request(FN, "probe.partialStdout")))
         # fd 1 shares the stderr stream: the partial line runs on into the x's

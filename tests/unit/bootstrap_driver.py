@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -91,3 +92,31 @@ class BootstrapProcess:
             if stream:
                 stream.close()
         return code
+
+
+def request_line(nonce: str, handler: str, event: object = None, **fields: object) -> bytes:
+    """One request as Relay writes it."""
+    request = {"id": nonce, "handler": handler, "env": {}, "event": json.dumps(event or {})}
+    return json.dumps({**request, **fields}).encode() + b"\n"
+
+
+class RelaySocket:
+    """A Unix socket listening as Relay's does, for a bootstrap's ``RELAY_CHANNEL``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen(1)
+        self.listener.settimeout(10)
+        self.conn: socket.socket | None = None
+
+    def accept(self) -> socket.socket:
+        self.conn, _ = self.listener.accept()
+        self.conn.settimeout(10)
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.listener.close()

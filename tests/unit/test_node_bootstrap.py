@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from relay.adapters.docker.bootstraps import bootstrap_source
-from tests.unit.bootstrap_driver import BootstrapProcess, write_app
+from tests.unit.bootstrap_driver import (
+    BootstrapProcess,
+    RelaySocket,
+    read_answer,
+    request_line,
+    write_app,
+)
 
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="no node on this host's PATH")
@@ -154,3 +160,50 @@ def test_exits_on_end_of_input(boot: NodeBootstrap) -> None:
     boot.call("mod.forge")
     assert boot.close() == 0
     assert boot.stdout == b""  # fd 1 is stderr too: nothing ever lands on stdout
+
+
+# --- with Relay's socket (RELAY_CHANNEL): requests there, answers still on stderr ---
+
+
+@pytest.fixture
+def relay_socket(tmp_path: Path) -> Iterator[RelaySocket]:
+    relay = RelaySocket(tmp_path / "relay.sock")
+    yield relay
+    relay.close()
+
+
+def test_requests_on_the_socket_are_answered_on_stderr_after_the_output(
+    tmp_path: Path, relay_socket: RelaySocket
+) -> None:
+    boot = NodeBootstrap(write_app(tmp_path / "app", APP), RELAY_CHANNEL=str(relay_socket.path))
+    try:
+        conn = relay_socket.accept()
+        assert boot.process.stderr
+        conn.sendall(request_line("n1", "mod.ok", {"a": 1}))
+        answer, output = read_answer(boot.process.stderr, "n1")
+        assert answer == {"id": "n1", "ok": True, "error": ""}
+        assert output == 'stdout line {"a":1}\nstderr line\n'
+        # stdin still serves beside the socket
+        answer, _ = boot.call("mod.later")
+        assert answer["ok"] is True
+        conn.sendall(request_line("n2", "mod.boom"))
+        answer, output = read_answer(boot.process.stderr, "n2")
+        assert answer == {"id": "n2", "ok": False, "error": "TypeError: bad thing"}
+        # Relay went away: the bootstrap leaves
+        conn.close()
+        assert boot.process.wait(timeout=10) == 0
+    finally:
+        boot.close()
+
+
+def test_an_unusable_socket_is_reported_once_and_stdin_serves(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.sock"
+    boot = NodeBootstrap(write_app(tmp_path / "app", APP), RELAY_CHANNEL=str(missing))
+    try:
+        first, _ = boot.call("mod.ok")
+        second, _ = boot.call("mod.ok")
+    finally:
+        boot.close()
+    assert first["ok"] is True
+    assert f"cannot connect to {missing}" in str(first["channel"])
+    assert second == {"id": "nonce2", "ok": True, "error": ""}

@@ -7,7 +7,6 @@ import json
 import os
 import select
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from relay.adapters.docker.bootstraps import bootstrap_command, bootstrap_source
-from tests.unit.bootstrap_driver import BootstrapProcess, write_app
+from tests.unit.bootstrap_driver import BootstrapProcess, RelaySocket, request_line, write_app
 
 APP = {
     "mod.py": """
@@ -248,20 +247,15 @@ class ChannelBootstrap(Bootstrap):
     ``err`` collects what the process wrote to stderr (its output)."""
 
     def __init__(self, app: Path, path: Path, **env: str) -> None:
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(path))
-        self.listener.listen(1)
+        self.relay = RelaySocket(path)
         super().__init__(app, RELAY_CHANNEL=str(path), **env)
-        self.listener.settimeout(10)
-        self.conn, _ = self.listener.accept()
-        self.conn.settimeout(10)
+        self.conn = self.relay.accept()
         self.err = b""
 
     def send(self, handler: str, event: object = None, *, stdin: bool = False) -> str:
         self.count += 1
         nonce = f"nonce{self.count}"
-        request = {"id": nonce, "handler": handler, "env": {}, "event": json.dumps(event or {})}
-        line = json.dumps(request).encode() + b"\n"
+        line = request_line(nonce, handler, event)
         if stdin:
             assert self.process.stdin
             self.process.stdin.write(line)
@@ -301,8 +295,7 @@ class ChannelBootstrap(Bootstrap):
             self.err += chunk
 
     def close(self) -> int:
-        self.conn.close()
-        self.listener.close()
+        self.relay.close()
         return super().close()
 
 
@@ -379,8 +372,7 @@ def test_the_deadline_ends_the_whole_process_by_its_signal(
 ) -> None:
     boot = ChannelBootstrap(channel_app, tmp_path / "relay.sock", RELAY_GRACE_S="0.1")
     try:
-        request = {"id": "n", "handler": "quiet.sleep", "env": {}, "event": "{}", "timeout_s": 0.2}
-        boot.conn.sendall(json.dumps(request).encode() + b"\n")
+        boot.conn.sendall(request_line("n", "quiet.sleep", timeout_s=0.2))
         assert boot.process.wait(timeout=20) == -signal.SIGALRM
     finally:
         boot.close()

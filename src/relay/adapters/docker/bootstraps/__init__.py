@@ -16,12 +16,12 @@ Protocol (version ``BOOTSTRAP_VERSION``), one request at a time:
 * Nothing of the protocol travels on the stdout stream: whatever arrives
   there (a stray write to fd 1) is output.
 * When ``RELAY_CHANNEL`` names a socket (Relay's, mounted into the container;
-  see ``relay.adapters.docker.direct``), the Python bootstrap connects to it
-  before serving and takes requests there too. It answers a request from the
-  socket on the socket when nothing was printed since the last answer, else on
-  stderr after that output: the output-before-answer order holds either way.
-  A bootstrap that cannot connect serves stdin only and says why, once, in an
-  extra ``"channel"`` field of its first answer.
+  see ``relay.adapters.docker.direct``), the bootstrap connects to it before
+  serving and takes requests there too. The Python bootstrap then answers on
+  the socket, each answer carrying ``"out"``: how many bytes it had written to
+  stderr by then, so Relay can wait for that output first. The Node bootstrap
+  keeps answering on stderr. A bootstrap that cannot connect serves stdin only
+  and says why, once, in an extra ``"channel"`` field of its first answer.
 * The bootstrap exits on stdin EOF (or the socket's), when no request arrives
   within the idle deadline (``RELAY_IDLE_DEADLINE_S``), and kills itself when
   one request runs past its timeout plus ``RELAY_GRACE_S``: an orphaned
@@ -40,10 +40,11 @@ _FILES: Final = {
     "node24": ("node_bootstrap.mjs", "/relay/bootstrap.mjs", ["node"]),
 }
 
-# runtimes whose bootstrap connects to Relay's socket when offered one (the Node
-# bootstrap cannot see a raw write to fd 1 or 2, so it cannot tell which way to
-# answer without breaking the output-before-answer order; it keeps stdin)
-_DIRECT: Final = frozenset({"python3.14"})
+# runtimes whose bootstrap connects to Relay's socket when offered one. The
+# Node bootstrap takes requests there but answers on stderr only: it cannot
+# count what raw writes and child processes print (no pipe() or fork() in Node),
+# so its answers keep following the output on the same stream.
+_DIRECT: Final = frozenset({"python3.14", "node24"})
 
 # starts an answer frame; the nonce and the JSON answer follow, then a newline
 END_MARKER_PREFIX: Final = b"\x1erelay-end:"

@@ -1,12 +1,14 @@
 // Relay's Node bootstrap: one long-lived process serving one request at a time.
 //
 // Runs as `node /relay/bootstrap.mjs` inside a warm execution container.
-// Requests arrive one per line on stdin; fd 1 is reopened onto stderr and
-// process.stdout.write (console.log) goes through process.stderr. The answer is
-// one frame on stderr, queued after all the handler's output there, and carries
-// the request's nonce (never shown to the handler), so nothing the handler
-// prints can forge a result.
+// Requests arrive one per line on stdin, or on Relay's socket when RELAY_CHANNEL
+// names one (connected before any request is served); fd 1 is reopened onto
+// stderr and process.stdout.write (console.log) goes through process.stderr.
+// The answer is always one frame on stderr, queued after all the handler's
+// output there, and carries the request's nonce (never shown to the handler),
+// so nothing the handler prints can forge a result.
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -15,6 +17,7 @@ const GRACE_MS = Number(process.env.RELAY_GRACE_S || '2') * 1000;
 const IDLE_MS = Number(process.env.RELAY_IDLE_DEADLINE_S || '330') * 1000;
 const APP_DIR = process.env.RELAY_APP_DIR || process.cwd();
 const END_MARKER = '\x1erelay-end:';
+const CHANNEL = process.env.RELAY_CHANNEL || '';
 
 // fd 1 becomes a second handle on the stderr pipe (open() takes the lowest free
 // fd): raw writes to fd 1 and child processes inheriting it then share the
@@ -133,8 +136,14 @@ async function serveOne(line) {
   }
   // one frame through the stderr stream, after everything queued on it (a big
   // write to a pipe can still be pending): Relay sees all the output first
-  const answer = JSON.stringify({ ok, error });
-  await new Promise((resolve) => process.stderr.write(`${END_MARKER}${request.id}${answer}\n`, resolve));
+  const answer = { ok, error };
+  if (channelProblem) {
+    answer.channel = channelProblem; // why the offered socket is not used, said once
+    channelProblem = '';
+  }
+  await new Promise((resolve) =>
+    process.stderr.write(`${END_MARKER}${request.id}${JSON.stringify(answer)}\n`, resolve),
+  );
 }
 
 process.on('unhandledRejection', (reason) => {
@@ -144,19 +153,49 @@ process.on('uncaughtException', (err) => {
   process.stderr.write(`uncaught exception: ${err && err.stack ? err.stack : String(err)}\n`);
 });
 
-let buffer = '';
-let queue = Promise.resolve();
+// Relay's socket, when offered: connected (or given up on) before any request
+// is served, so the one connection it accepts is this bootstrap's own.
+let channelProblem = '';
+function connectChannel() {
+  if (!CHANNEL) return Promise.resolve();
+  return new Promise((resolve) => {
+    let connected = false;
+    const socket = net.connect(CHANNEL);
+    socket.once('connect', () => {
+      connected = true;
+      socket.setEncoding('utf8');
+      socket.on('data', reader());
+      socket.on('close', () => process.exit(0)); // Relay went away
+      resolve();
+    });
+    socket.on('error', (err) => {
+      if (!connected) {
+        channelProblem = `cannot connect to ${CHANNEL}: ${err.code || err.message}`;
+        resolve();
+      } // once connected, the close that follows an error ends the process
+    });
+  });
+}
+
+let queue = connectChannel();
+
+// One reader per source: request lines, served one at a time in arrival order.
+function reader() {
+  let buffer = '';
+  return (chunk) => {
+    buffer += chunk;
+    let cut;
+    while ((cut = buffer.indexOf('\n')) >= 0) {
+      const line = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 1);
+      if (!line.trim()) continue;
+      if (idleTimer) clearTimeout(idleTimer);
+      queue = queue.then(() => serveOne(line)).finally(armIdle);
+    }
+  };
+}
+
 process.stdin.setEncoding('utf8');
-process.stdin.on('data', (chunk) => {
-  buffer += chunk;
-  let cut;
-  while ((cut = buffer.indexOf('\n')) >= 0) {
-    const line = buffer.slice(0, cut);
-    buffer = buffer.slice(cut + 1);
-    if (!line.trim()) continue;
-    if (idleTimer) clearTimeout(idleTimer);
-    queue = queue.then(() => serveOne(line)).finally(armIdle);
-  }
-});
+process.stdin.on('data', reader());
 process.stdin.on('end', () => process.exit(0));
 armIdle();
