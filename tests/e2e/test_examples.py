@@ -81,14 +81,23 @@ def test_the_examples_serve_their_events(
 
     wait_until(acked, 30, "both messages to be acknowledged")
     assert not worker.find(r'handler "events\.(updated|deleted)\.handler"')
-    # The Python container's bootstrap connected to the worker's socket (the Node
-    # ones keep stdin): a second event goes that way, output first as ever.
-    (socket_dir,) = (worker.run_dir / "containers").iterdir()
-    assert (socket_dir / "relay.sock").is_socket()
+    # Each warm container (Python, Node, TypeScript) got a socket of the
+    # worker's; a second event goes that way, output first as ever.
+    sockets = sorted((worker.run_dir / "containers").iterdir())
+    assert len(sockets) == 3
+    assert all((directory / "relay.sock").is_socket() for directory in sockets)
     again = send_event(sync_redis, stream, {**EXAMPLE_EVENT, "event_id": "evt_124"})
     worker.wait_for(
         handler_line(
             "user-events-python", "events.created.handler", again, "User created: user_123"
+        )
+    )
+    worker.wait_for(
+        handler_line(
+            "welcome-email-node",
+            "handler.handler",
+            again,
+            "Sending welcome email to john@example.com",
         )
     )
     wait_until(acked, 30, "the second event to be acknowledged")
