@@ -14,6 +14,7 @@ from typing import Any
 
 import aiodocker
 import anyio
+import pytest
 
 from relay.adapters.docker.bootstraps import bootstrap_source
 from relay.adapters.docker.runtime import DockerContainerRuntime
@@ -22,6 +23,12 @@ from relay.domain.messages import DomainEvent
 from tests.testbed import TEST_LABEL, new_unique
 
 APP_DIR = Path(__file__).parent / "runtime_app"
+
+# Runs a test both ways a request can reach the bootstrap: over Relay's socket
+# (the worker's default with a local engine) and over the attach stream.
+BOTH_WAYS = pytest.mark.parametrize(
+    "direct", [pytest.param(True, id="socket"), pytest.param(False, id="attach")]
+)
 BASES = {"python3.14": ("python:3.14-slim", "python"), "node24": ("node:24-alpine", "node")}
 
 

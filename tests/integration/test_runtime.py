@@ -25,6 +25,7 @@ from relay.domain.durations import SECOND
 from relay.domain.events import ContainerAcquired, ContainerDiscarded
 from relay.domain.execution import InvocationResult
 from tests.integration.runtime_support import (
+    BOTH_WAYS,
     assert_ok,
     built_image,
     poll,
@@ -47,13 +48,6 @@ BOTH_LOOPS = pytest.mark.parametrize(
         pytest.param("asyncio", id="asyncio"),
         pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
     ],
-)
-
-
-# Requests go over Relay's socket in each container when the engine is local
-# (the worker's default); the attach stream still serves when it cannot.
-BOTH_WAYS = pytest.mark.parametrize(
-    "direct", [pytest.param(True, id="socket"), pytest.param(False, id="attach")]
 )
 
 

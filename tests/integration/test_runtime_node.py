@@ -11,6 +11,7 @@ import pytest
 from relay.adapters.docker.containers import ContainerSpec, ExecutionContainer, start_container
 from relay.domain.events import ContainerDiscarded
 from tests.integration.runtime_support import (
+    BOTH_WAYS,
     assert_ok,
     built_image,
     poll,
@@ -24,12 +25,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 NODE = "node24"
 FN = "node-fn"
-
-
-# requests over Relay's socket (the worker's default with a local engine), or stdin
-BOTH_WAYS = pytest.mark.parametrize(
-    "direct", [pytest.param(True, id="socket"), pytest.param(False, id="attach")]
-)
 
 
 @pytest.fixture(scope="module")

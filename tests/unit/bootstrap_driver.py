@@ -70,15 +70,10 @@ class BootstrapProcess:
         assert self.process.stderr
         self.count += 1
         nonce = f"nonce{self.count}"
-        request: dict[str, object] = {
-            "id": nonce,
-            "handler": handler,
-            "env": env,
-            "event": json.dumps(event or {}),
-        }
+        fields: dict[str, object] = {"env": env}
         if self.timeout_s is not None:
-            request["timeout_s"] = self.timeout_s
-        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            fields["timeout_s"] = self.timeout_s
+        self.process.stdin.write(request_line(nonce, handler, event, **fields))
         self.process.stdin.flush()
         return read_answer(self.process.stderr, nonce)
 
@@ -120,3 +115,16 @@ class RelaySocket:
         if self.conn is not None:
             self.conn.close()
         self.listener.close()
+
+
+def check_env_does_not_leak(boot: BootstrapProcess, meddle: str, show_env: str) -> None:
+    """``meddle`` prints its environment (``ENV {...}``) then changes it; the next
+    requests see exactly their own. The process was started with ``KEPT=original``."""
+    show = {"show": ["KEPT", "RELAY_HANDLER"]}
+    _, first = boot.call(meddle, show, KEPT="override")
+    _, second = boot.call(show_env, show, KEPT="override")
+    _, third = boot.call(show_env, show)
+    request = {"KEPT": "override", "RELAY_HANDLER": show_env}
+    assert json.loads(first.removeprefix("ENV ")) == {**request, "RELAY_HANDLER": meddle}
+    assert json.loads(second.removeprefix("ENV ")) == request
+    assert json.loads(third.removeprefix("ENV ")) == {"KEPT": "original", "RELAY_HANDLER": show_env}

@@ -13,6 +13,7 @@ from relay.adapters.docker.bootstraps import bootstrap_source
 from tests.unit.bootstrap_driver import (
     BootstrapProcess,
     RelaySocket,
+    check_env_does_not_leak,
     read_answer,
     request_line,
     write_app,
@@ -140,20 +141,7 @@ def test_environment_is_set_then_removed_or_restored(boot: NodeBootstrap) -> Non
 def test_a_handler_changing_its_environment_does_not_leak_into_the_next_request(
     boot: NodeBootstrap,
 ) -> None:
-    show = {"show": ["KEPT", "RELAY_HANDLER"]}
-    _, first = boot.call("mod.envThenMeddle", show, KEPT="override")
-    _, second = boot.call("mod.env", show, KEPT="override")
-    _, third = boot.call("mod.env", show)
-    request = {"KEPT": "override", "RELAY_HANDLER": "mod.env"}
-    assert json.loads(first.removeprefix("ENV ")) == {
-        **request,
-        "RELAY_HANDLER": "mod.envThenMeddle",
-    }
-    assert json.loads(second.removeprefix("ENV ")) == request
-    assert json.loads(third.removeprefix("ENV ")) == {
-        "KEPT": "original",
-        "RELAY_HANDLER": "mod.env",
-    }
+    check_env_does_not_leak(boot, "mod.envThenMeddle", "mod.env")
 
 
 def test_exits_on_end_of_input(boot: NodeBootstrap) -> None:

@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from relay.adapters.docker.bootstraps import bootstrap_command, bootstrap_source
-from tests.unit.bootstrap_driver import BootstrapProcess, RelaySocket, request_line, write_app
+from tests.unit.bootstrap_driver import (
+    BootstrapProcess,
+    RelaySocket,
+    check_env_does_not_leak,
+    request_line,
+    write_app,
+)
 
 APP = {
     "mod.py": """
@@ -155,22 +161,9 @@ def test_a_handler_changing_its_environment_does_not_leak_into_the_next_request(
 ) -> None:
     boot = Bootstrap(app, KEPT="original")
     try:
-        show = {"show": ["KEPT", "RELAY_HANDLER"]}
-        _, first = boot.call("mod.env_then_meddle", show, KEPT="override")
-        _, second = boot.call("mod.env", show, KEPT="override")
-        _, third = boot.call("mod.env", show)
+        check_env_does_not_leak(boot, "mod.env_then_meddle", "mod.env")
     finally:
         boot.close()
-    request = {"KEPT": "override", "RELAY_HANDLER": "mod.env"}
-    assert json.loads(first.removeprefix("ENV ")) == {
-        **request,
-        "RELAY_HANDLER": "mod.env_then_meddle",
-    }
-    assert json.loads(second.removeprefix("ENV ")) == request
-    assert json.loads(third.removeprefix("ENV ")) == {
-        "KEPT": "original",
-        "RELAY_HANDLER": "mod.env",
-    }
 
 
 def test_the_handler_cannot_read_the_request_channel(boot: Bootstrap) -> None:

@@ -191,6 +191,11 @@ def _quiet_stdio() -> int:
     return requests_fd
 
 
+def _adding(answer: str, **fields: object) -> str:
+    """The answer's JSON object text with ``fields`` added."""
+    return answer[:-1] + ", " + json.dumps(fields)[1:]
+
+
 def _serve_on_stdio(problem: str) -> None:
     """Requests on stdin; output then each answer on stderr (fd 1 joins fd 2)."""
     requests_fd = _quiet_stdio()
@@ -199,7 +204,7 @@ def _serve_on_stdio(problem: str) -> None:
 
     def answer(nonce: str, text: str) -> None:
         if said[0]:  # why the offered socket is not used, with the first answer
-            text = text[:-1] + ", " + json.dumps({"channel": said[0]})[1:]
+            text = _adding(text, channel=said[0])
             said[0] = ""
         _write_all(2, (END_MARKER + nonce + text + "\n").encode())
 
@@ -239,7 +244,7 @@ def _serve_with_socket(channel: socket.socket) -> None:
                 before = word.value
                 fcntl.ioctl(output_r, termios.FIONREAD, unread)
                 if not before & 1 and unread == b"\0\0\0\0" and word.value == before:
-                    frame = f'{END_MARKER}{nonce}{text[:-1]}, "out": {before >> 1}}}\n'
+                    frame = END_MARKER + nonce + _adding(text, out=before >> 1) + "\n"
                     channel.sendall(frame.encode())
                 else:
                     _write_all(answers_w, (nonce + " " + text + "\n").encode())
@@ -305,7 +310,7 @@ def _relay(child: int, output_r: int, answers_r: int, channel: socket.socket, wo
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
             nonce, _, text = line.decode().partition(" ")
-            frame = f'{END_MARKER}{nonce}{text[:-1]}, "out": {copied}}}\n'
+            frame = END_MARKER + nonce + _adding(text, out=copied) + "\n"
             with contextlib.suppress(OSError):  # Relay went away: the child sees it too
                 channel.sendall(frame.encode())
     copy()
