@@ -5,7 +5,8 @@ attached to its stdin (requests) and its multiplexed stdout/stderr: the
 handler's output and, after it, the one answer frame come on stderr; anything
 on stdout is output (see ``relay.adapters.docker.bootstraps`` for the protocol).
 When Relay's own socket is mounted into the container (``direct``), requests go
-there instead, and so do the answers of handlers that printed nothing.
+there instead, and a Python bootstrap answers there, saying how many bytes of
+stderr output came first; the answer is returned once that much has arrived.
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ and the container's shim, which together cost more CPU than Relay and the
 handler's bootstrap combined. So when the engine runs on this host, Relay
 listens on a Unix socket in a directory of its own per container, bind-mounts
 that directory read-only into the container, and the bootstrap connects to it
-before it serves. Requests then go over the socket, and so do the answers of
-handlers that printed nothing; a handler that printed is answered on stderr
-after its output (see ``relay.adapters.docker.bootstraps``), and the attach
+before it serves. Requests then go over the socket. The Python bootstrap
+answers there too, each answer counting the output written before it, which
+Relay waits for on the attach stream; the Node bootstrap keeps answering on
+stderr after the output (see ``relay.adapters.docker.bootstraps``). The attach
 stream stays open for output and to see the process end.
 
 Only the first connection is accepted (the bootstrap's, made before any
@@ -48,7 +49,7 @@ def _nothing() -> None:
 
 
 class DirectLink(asyncio.Protocol):
-    """Relay's end of one container's socket: requests out, silent answers in."""
+    """Relay's end of one container's socket: requests out, answers (Python's) in."""
 
     def __init__(self, made: Callable[[DirectLink], None]) -> None:
         self._made = made

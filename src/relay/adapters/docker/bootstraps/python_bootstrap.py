@@ -10,11 +10,10 @@ whatever Python the function image has.
 
 When Relay mounts a socket of its own into the container (``RELAY_CHANNEL``
 names it), the bootstrap connects to it before serving, and requests may also
-arrive there. A request from the socket whose handler printed nothing is
-answered on the socket; one that printed is answered on stderr after its
-output, as above, so the order of output and answer never depends on which way
-the request came. To know whether anything was printed, the handler's fds 1
-and 2 are then a pipe that a thread copies to stderr.
+arrive there. Every answer then goes on the socket and says how many bytes of
+output were written to stderr before it, so Relay forwards that output first;
+to count it, the process forks and the parent copies the serving child's fds 1
+and 2 (a pipe) to stderr (see ``_serve_with_socket``).
 """
 
 from __future__ import annotations
@@ -256,7 +255,7 @@ def _serve_with_socket(channel: socket.socket) -> None:
             os._exit(1)
     os.close(output_w)
     os.close(answers_w)
-    _quiet_stdio()
+    os.close(_quiet_stdio())  # the relay reads no requests: fd 0 becomes /dev/null
     _relay(child, output_r, answers_r, channel, word)
 
 
