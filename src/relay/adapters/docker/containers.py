@@ -27,7 +27,6 @@ from relay.adapters.docker.attach import AttachChannel, take_over
 from relay.adapters.docker.bootstraps import (
     END_MARKER_PREFIX,
     bootstrap_command,
-    supports_direct,
 )
 from relay.adapters.docker.direct import DirectLink, DirectSocket, DirectSockets
 from relay.domain.execution import InvocationRequest
@@ -420,13 +419,13 @@ async def start_container(
     docker: aiodocker.Docker, spec: ContainerSpec, sockets: DirectSockets | None = None
 ) -> ExecutionContainer:
     """Create, attach and start one hardened execution container, with a socket
-    from ``sockets`` when its runtime's bootstrap can use one.
+    from ``sockets`` when given (every runtime's bootstrap connects to one).
 
     On any failure the half-made container (and its socket) is removed before
     the error propagates.
     """
     direct = None
-    if sockets is not None and supports_direct(spec.runtime):
+    if sockets is not None:
         direct = await sockets.open()
     try:
         container, mounted = await _create(docker, spec, direct)

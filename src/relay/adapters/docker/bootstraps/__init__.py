@@ -20,8 +20,10 @@ Protocol (version ``BOOTSTRAP_VERSION``), one request at a time:
   serving and takes requests there too. The Python bootstrap then answers on
   the socket, each answer carrying ``"out"``: how many bytes it had written to
   stderr by then, so Relay can wait for that output first. The Node bootstrap
-  keeps answering on stderr. A bootstrap that cannot connect serves stdin only
-  and says why, once, in an extra ``"channel"`` field of its first answer.
+  keeps answering on stderr: it cannot count what raw writes and child
+  processes print (Node has no ``pipe()`` or ``fork()``). A bootstrap that
+  cannot connect serves stdin only and says why, once, in an extra
+  ``"channel"`` field of its first answer.
 * The bootstrap exits on stdin EOF (or the socket's), when no request arrives
   within the idle deadline (``RELAY_IDLE_DEADLINE_S``), and kills itself when
   one request runs past its timeout plus ``RELAY_GRACE_S``: an orphaned
@@ -39,12 +41,6 @@ _FILES: Final = {
     "python3.14": ("python_bootstrap.py", "/relay/bootstrap.py", ["python", "-u"]),
     "node24": ("node_bootstrap.mjs", "/relay/bootstrap.mjs", ["node"]),
 }
-
-# runtimes whose bootstrap connects to Relay's socket when offered one. The
-# Node bootstrap takes requests there but answers on stderr only: it cannot
-# count what raw writes and child processes print (no pipe() or fork() in Node),
-# so its answers keep following the output on the same stream.
-_DIRECT: Final = frozenset({"python3.14", "node24"})
 
 # starts an answer frame; the nonce and the JSON answer follow, then a newline
 END_MARKER_PREFIX: Final = b"\x1erelay-end:"
@@ -68,9 +64,3 @@ def bootstrap_command(runtime: str) -> list[str]:
     """The container command that starts the bootstrap."""
     _, path, argv = _entry(runtime)
     return [*argv, path]
-
-
-def supports_direct(runtime: str) -> bool:
-    """Whether the runtime's bootstrap can take requests on Relay's mounted socket
-    (``RELAY_CHANNEL``; see ``relay.adapters.docker.direct``)."""
-    return runtime in _DIRECT
