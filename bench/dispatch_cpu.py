@@ -218,8 +218,6 @@ async def baseline_round(events: int) -> float:
     return (time.process_time() - began) / events * 1e6
 
 
-
-
 async def main(args: argparse.Namespace) -> None:
     relay: list[float] = []
     base: list[float] = []

@@ -150,13 +150,21 @@ async def run(args: argparse.Namespace, url: str) -> None:
                 if spy is not None:
                     finish_py_spy(spy, args)
             for rate in args.latency_rates:
+                cpu_before = cpu_by_process()
+                started = time.monotonic()
                 run_ = await settle_latency(url, stream, group, rate, args.latency_events)
+                seconds = time.monotonic() - started
+                used = cpu_delta(cpu_before, cpu_by_process(), worker.proc.pid)
                 lat = run_.latencies_ms
                 if lat:
                     print(
                         f"\nXADD->XACK at {rate:.0f} events/s: p50 {percentile(lat, 0.5):.2f} ms, "
                         f"p99 {percentile(lat, 0.99):.2f} ms ({len(lat)} events)"
                     )
+                # this process is the producer and the probe: its share is the harness's
+                print(f"  CPU busy {sum(used.values()) / seconds:.2f} of {os.cpu_count()} cores:")
+                for name, secs in sorted(used.items(), key=lambda kv: -kv[1])[:8]:
+                    print(f"    {name:24} {secs / seconds * 100:6.1f} % of a core")
         except BaseException:
             print("--- worker log (tail) ---")
             print(worker.log_tail())

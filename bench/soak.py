@@ -287,9 +287,7 @@ async def soak(url: str, args: argparse.Namespace) -> None:
             print(f"soak: producing {args.events} events at {args.rate:.0f}/s; killing b 3 times")
             async with anyio.create_task_group() as tg:
                 every = args.events / args.rate / 4
-                tg.start_soon(
-                    chaos, workers, lambda: launch("b"), 3, every, chaos_log, kills_ns
-                )
+                tg.start_soon(chaos, workers, lambda: launch("b"), 3, every, chaos_log, kills_ns)
                 last = await produce(client, stream, args.events, args.rate)
             for line in chaos_log:
                 print(f"soak: {line}")

@@ -1,6 +1,6 @@
 """End-to-end throughput of Relay next to a raw XREADGROUP/XACK loop, in one run.
 
-    .venv/bin/python bench/throughput.py [--events 20000] [--latency-events 10000]
+    .venv/bin/python bench/throughput.py [--events 20000] [--latency-events 30000]
                                          [--redis-url URL] [--skip-relay]
 
 Against one throwaway Redis (a container of relay-testbed/redis:7, else a local
@@ -27,11 +27,14 @@ excluded); then, at half that rate:
 - p50/p99 from XADD to XACK without MONITOR (which taxes Redis per command,
   about ten per handled event for Relay against one for the raw loop): from just
   before each XADD is sent to the moment a client learns of its acknowledgment.
-  The raw consumer stamps its own XACK replies; for Relay a thread subscribed to
-  the key-event notification of the ledger hash's TTL, which the script that
-  XACKs sets in the same atomic step, stamps its arrival (one CLOCK_MONOTONIC).
-  The paced run lasts about ten seconds by default (``--latency-events``): a
-  two-second run on this noisy machine meets or misses a 5 ms p99 by luck;
+  The raw consumer stamps its own XACK replies; for Relay the instrument
+  subscribes to the key-event notification of the ledger hash's TTL, which the
+  script that XACKs sets in the same atomic step, and stamps its arrival (one
+  CLOCK_MONOTONIC). The instrument is one thread on raw sockets
+  (``_redisbench.paced_run``); its own CPU share is printed under the table,
+  since it competes for the same two cores. The paced run lasts about ten
+  seconds at Relay's half rate (``--latency-events``): a two-second run on this
+  noisy machine meets or misses a 5 ms p99 by luck;
 - in a separate, shorter paced run under MONITOR, the top-level commands per
   event (round trips; pipelined commands count one each).
 
@@ -124,6 +127,7 @@ async def settled_at_half_rate(
     settled = await settle_latency(url, stream, group, rate, latency_events)
     result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
     result.latency.latencies_ms = settled.latencies_ms
+    result.latency.instrument_cpu = settled.instrument_cpu
 
 
 # --- (a) the raw loop ------------------------------------------------------------------
@@ -170,13 +174,14 @@ async def raw_phase(url: str, events: int, latency_events: int, mode: str) -> Re
     try:
         result = await burst(label, client, stream, group, events)
         rate = result.rate / 2
-        sent = await paced_adds(url, stream, rate, latency_events)
-        await wait_acked(client, stream, group, list(sent)[-1], 300)
+        paced = await paced_adds(url, stream, rate, latency_events)
+        await wait_acked(client, stream, group, list(paced.sent)[-1], 300)
         result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
         consumer.terminate()
         await consumer.wait()
         acked = dict(_stamp(line) for line in times.read_text().splitlines())
-        result.latency.latencies_ms = latencies(sent, acked)
+        result.latency.latencies_ms = latencies(paced.sent, acked)
+        result.latency.instrument_cpu = paced.cpu_share
     finally:
         if consumer.returncode is None:
             consumer.kill()
@@ -284,6 +289,10 @@ def report(results: list[Result]) -> None:
     print("cmds/ev: INFO commandstats delta per event (incl. commands inside Lua scripts)")
     print("rt/ev:   top-level commands per event seen by MONITOR at half rate (round trips)")
     print("p50/p99: XADD sent -> XACK known to a client, at half rate, without MONITOR")
+    shares = ", ".join(
+        f"{r.label} {r.latency.instrument_cpu * 100:.0f}%" for r in results if r.latency
+    )
+    print(f"  the producer and probe's own CPU then, as a share of one core: {shares}")
     for r in results:
         top = sorted(r.commands.items(), key=lambda kv: -kv[1])
         breakdown = ", ".join(f"{name}={calls / r.events:.2f}" for name, calls in top[:10])
@@ -301,7 +310,7 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=20_000)
-    parser.add_argument("--latency-events", type=int, default=10_000)
+    parser.add_argument("--latency-events", type=int, default=30_000)
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of a new one")
     parser.add_argument("--skip-relay", action="store_true", help="only the raw baselines")
     parser.add_argument("--build-timeout", type=float, default=600.0)
