@@ -134,6 +134,18 @@ async def test_peer_uid_is_checked(tmp_path: Path) -> None:
         assert rec.sent == []
 
 
+async def test_a_refused_peer_reads_the_refusal_even_when_its_send_breaks(
+    tmp_path: Path,
+) -> None:
+    # The worker answers a refused peer and closes without reading. A request
+    # larger than the socket's buffer is still being sent then, so the send
+    # fails with a broken pipe every time: the refusal must still be reported.
+    async with serving(tmp_path / "r", allowed_uids=frozenset({424242})) as (server, rec):
+        with pytest.raises(client.ControlRequestError, match="permission denied"):
+            await call(server.path, "reset_stats", padding="x" * 4_000_000)
+        assert rec.sent == []
+
+
 async def test_stale_socket_is_replaced_after_the_lock(tmp_path: Path) -> None:
     run_dir = tmp_path / "r"
     run_dir.mkdir()

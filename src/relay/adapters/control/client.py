@@ -49,8 +49,7 @@ def request(
         except OSError as exc:
             raise WorkerUnavailable(f"cannot reach the relay worker at {path}: {exc}") from exc
         try:
-            sock.sendall(encode_request(op, fields))
-            line = _read_line(sock)
+            line = _exchange(sock, encode_request(op, fields))
         except TimeoutError as exc:
             raise WorkerUnavailable(f"the relay worker did not answer within {timeout:g}s") from exc
         except OSError as exc:
@@ -87,6 +86,20 @@ def fetch_health(socket_path: Path | str, *, timeout: float = 3.0) -> str | None
         return None
     problems = report.get("problems") if isinstance(report, dict) else None
     return "worker not ready: " + "; ".join(problems or ["no readiness report"])
+
+
+def _exchange(sock: socket.socket, request: bytes) -> bytes:
+    """Send ``request`` and read the answer line. A worker that refuses the peer
+    (its uid) answers and closes without reading, so the send can fail with a
+    broken pipe while the refusal waits to be read: it is read and returned."""
+    try:
+        sock.sendall(request)
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        try:
+            return _read_line(sock)
+        except (WorkerUnavailable, OSError):
+            raise exc from None
+    return _read_line(sock)
 
 
 def _read_line(sock: socket.socket) -> bytes:
