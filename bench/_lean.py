@@ -39,7 +39,7 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from _redisbench import resp_command, run_consumer
+from _redisbench import redis_address, resp_command, run_consumer
 
 from relay.adapters.docker.bootstraps import END_MARKER_PREFIX
 from relay.adapters.docker.containers import ContainerSpec, container_config
@@ -188,9 +188,9 @@ async def listen(directory: Path) -> tuple[asyncio.AbstractServer, asyncio.Futur
 
 async def consume(url: str, stream: str, group: str, image: str, count: int) -> None:
     loop = asyncio.get_running_loop()
-    host, port = url.removeprefix("redis://").split("/")[0].rsplit(":", 1)
-    _, reads = await loop.create_connection(RespProtocol, host, int(port))
-    _, scripts = await loop.create_connection(RespProtocol, host, int(port))
+    host, port, _ = redis_address(url)
+    _, reads = await loop.create_connection(RespProtocol, host, port)
+    _, scripts = await loop.create_connection(RespProtocol, host, port)
     try:
         await reads.call(resp_command("XGROUP", "CREATE", stream, group, "0", "MKSTREAM"))
     except RuntimeError as exc:

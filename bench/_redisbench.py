@@ -25,12 +25,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 import hiredis
 import redis as redis_sync
 from redis.asyncio import Redis
+
+from relay.adapters.redis.keys import invocation_key
 
 ROOT = Path(__file__).resolve().parents[1]
 REDIS_IMAGE = "relay-testbed/redis:7"
@@ -253,7 +254,8 @@ class Paced:
     cpu_share: float
 
 
-def _host_port_db(url: str) -> tuple[str, int, int]:
+def redis_address(url: str) -> tuple[str, int, int]:
+    """Host, port and database number of a ``redis://`` URL, as redis-py reads it."""
     kwargs = redis_sync.Redis.from_url(url).connection_pool.connection_kwargs
     host, port = kwargs.get("host", "localhost"), int(kwargs.get("port", 6379))
     return host, port, int(kwargs.get("db") or 0)
@@ -275,10 +277,11 @@ def paced_run(
     stream: str,
     rate: float,
     count: int,
-    settled_prefix: bytes | None = None,
+    watch_prefix: bytes | None = None,
     limit_s: float = 300.0,
 ) -> Paced:
-    """XADD ``count`` events at ``rate``/s and, with ``settled_prefix``, watch them
+    """XADD ``count`` events at ``rate``/s and, with ``watch_prefix`` (the ledger
+    keys' start, :func:`settled_prefix`), watch them
     settle (see :class:`Paced`).
 
     The instrument shares the machine's two cores with what it measures, so it is
@@ -296,22 +299,23 @@ def paced_run(
     one small publish per message. CLOCK_MONOTONIC is one clock for every process
     on the machine, so a consumer of its own can stamp its XACKs the same way.
     """
-    host, port, db = _host_port_db(url)
+    host, port, db = redis_address(url)
     prefix, suffix = _xadd_parts(stream)
     producer = _connect(host, port, db)
     replies = hiredis.Reader()
     stamps: list[float] = []
     sent: dict[str, float] = {}
     acked: dict[str, float] = {}
-    watcher = notifications = None
+    watcher = None
+    notifications = hiredis.Reader()
+    watched, skip = watch_prefix or b"", len(watch_prefix or b"")
     previous: Any = b""
-    if settled_prefix is not None:
+    if watch_prefix is not None:
         admin = redis_sync.Redis.from_url(url)
         previous = next(iter(admin.config_get("notify-keyspace-events").values()), b"")
         admin.config_set("notify-keyspace-events", "Eg")
         watcher = _connect(host, port, db)
         watcher.sendall(resp_command("SUBSCRIBE", f"__keyevent@{db}__:expire"))
-        notifications = hiredis.Reader()
         while notifications.gets() is False:  # the subscription is confirmed
             notifications.feed(watcher.recv(4096))
 
@@ -359,14 +363,12 @@ def paced_run(
             arrived = time.monotonic()
             if producer in readable:
                 take_replies(wait=True)
-            if watcher is not None and notifications is not None and watcher in readable:
+            if watcher is not None and watcher in readable:
                 notifications.feed(watcher.recv(65536))
-                message = notifications.gets()
-                while message is not False:
+                while (message := notifications.gets()) is not False:
                     key = message[2]
-                    if isinstance(key, bytes) and key.startswith(settled_prefix or b""):
-                        acked.setdefault(key[len(settled_prefix or b"") :].decode(), arrived)
-                    message = notifications.gets()
+                    if isinstance(key, bytes) and key.startswith(watched):
+                        acked.setdefault(key[skip:].decode(), arrived)
     finally:
         producer.close()
         if watcher is not None:
@@ -390,7 +392,7 @@ def latencies(sent: dict[str, float], acked: dict[str, float]) -> list[float]:
 
 def settled_prefix(stream: str, group: str) -> bytes:
     """Where Relay's ledger keys for ``stream`` and ``group`` start."""
-    return f"relay:invocation:{quote(stream, safe='')}:{quote(group, safe='')}:".encode()
+    return invocation_key(stream, group, "").encode()
 
 
 async def settle_latency(
@@ -419,11 +421,10 @@ async def monitored_round_trips(
     cli = shutil.which("redis-cli")
     if cli is None:
         raise SystemExit("bench: redis-cli is needed to count round trips")
-    host_port = url.removeprefix("redis://").split("/")[0]
-    host, port = host_port.rsplit(":", 1)
+    host, port, _ = redis_address(url)
     client = Redis.from_url(url, decode_responses=True)
     with tempfile.NamedTemporaryFile(prefix="relay-bench-monitor-", suffix=".log") as log:
-        monitor = _start_monitor([cli, "-h", host, "-p", port, "monitor"], log)
+        monitor = _start_monitor([cli, "-h", host, "-p", str(port), "monitor"], log)
         try:
             await anyio.sleep(0.3)  # MONITOR is attached
             sent = (await paced_adds(url, stream, rate, count)).sent
