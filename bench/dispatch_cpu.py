@@ -79,7 +79,9 @@ class ReadyStream:
     async def ensure_group(self) -> None:
         return None
 
-    async def read(self, count: int, block_ms: int) -> Sequence[StreamMessage]:
+    async def read(
+        self, count: int, block_ms: int, patience_s: float = 10.0
+    ) -> Sequence[StreamMessage]:
         await anyio.lowlevel.checkpoint()
         n = min(count, self.total - self.handed)
         if n <= 0:

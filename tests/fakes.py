@@ -390,7 +390,9 @@ class InMemoryEventStream:
             self.fail_reads -= 1
             raise DependencyUnavailable("redis XREADGROUP failed: connection refused")
 
-    async def read(self, count: int, block_ms: int) -> list[StreamMessage]:
+    async def read(
+        self, count: int, block_ms: int, patience_s: float = 10.0
+    ) -> list[StreamMessage]:
         self.reads += 1
         self._fail()
         batch = self._order[self._delivered : self._delivered + count]

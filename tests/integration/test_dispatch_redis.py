@@ -10,6 +10,7 @@ import anyio
 import pytest
 import redis.asyncio
 import redis.exceptions
+from structlog.testing import capture_logs
 
 from relay.adapters.redis.connection import redis_client
 from relay.adapters.redis.keys import dlq_key
@@ -275,8 +276,12 @@ async def test_a_frozen_redis_is_noticed_and_survived(restartable_redis: Any) ->
         )
         async with anyio.create_task_group() as tg:
             await tg.start(loop.run)
-            await anyio.to_thread.run_sync(restartable_redis.pause)
-            await wait_for(lambda: not health.healthy)
+            with capture_logs() as logs:
+                await anyio.to_thread.run_sync(restartable_redis.pause)
+                await wait_for(lambda: not health.healthy)
+            # one line that says what is wrong
+            [down] = [e for e in logs if e["event"] == "broker_unavailable"]
+            assert down["error"] == "redis XREADGROUP failed: no answer 0.5s after the block time"
             await anyio.to_thread.run_sync(restartable_redis.unpause)
             with anyio.fail_after(10):
                 while not await _try_add(world):  # noqa: ASYNC110 - retrying a command

@@ -136,3 +136,23 @@ async def test_a_cancelled_read_closes_its_connection_and_the_next_opens_another
     assert opener.opened[0].closed  # its late reply can never be taken for the next one's
     assert await reads.call(COMMAND) == b"PONG"
     assert len(opener.opened) == 2
+
+
+async def test_a_read_past_its_deadline_fails_and_closes_its_connection() -> None:
+    opener = Opener(["silent"], ["answer"])
+    reads = BlockingReads(opener)
+    with pytest.raises(TimeoutError):
+        await reads.call(COMMAND, anyio.current_time() + 0.02)
+    assert opener.opened[0].closed  # a late reply must not answer the next read
+    assert await reads.call(COMMAND, anyio.current_time() + 5) == b"PONG"
+    assert len(opener.opened) == 2
+
+
+async def test_a_connection_that_never_opens_fails_by_the_deadline() -> None:
+    class Silent(Opener):
+        async def __call__(self, protocol: TakenOver) -> None:
+            await anyio.sleep_forever()
+
+    reads = BlockingReads(Silent())
+    with pytest.raises(DependencyUnavailable, match="cannot connect: no answer in time"):
+        await reads.call(COMMAND, anyio.current_time() + 0.02)

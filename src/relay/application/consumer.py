@@ -176,9 +176,11 @@ class ConsumerLoop:
             while True:
                 await self._buffer.wait_free(batch)
                 try:
-                    # Bounded: a frozen (paused, partitioned) server never answers.
-                    with anyio.fail_after(self._block_ms / 1000 + self._call_timeout_s):
-                        messages = await self._stream.read(self._buffer.free, self._block_ms)
+                    # Bounded by the stream: a frozen (paused, partitioned) server
+                    # never answers.
+                    messages = await self._stream.read(
+                        self._buffer.free, self._block_ms, self._call_timeout_s
+                    )
                 except Exception as exc:  # noqa: BLE001 - never exit: back off and retry
                     await anyio.sleep(self.health.failed(exc))
                     continue

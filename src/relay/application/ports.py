@@ -68,8 +68,15 @@ class EventStream(Protocol):
         over an existing stream replays its backlog)."""
         ...
 
-    async def read(self, count: int, block_ms: int) -> Sequence[StreamMessage]:
-        """Up to ``count`` new messages for this consumer, waiting at most ``block_ms``."""
+    async def read(
+        self, count: int, block_ms: int, patience_s: float = 10.0
+    ) -> Sequence[StreamMessage]:
+        """Up to ``count`` new messages for this consumer, waiting at most ``block_ms``.
+
+        A broker that has not answered ``patience_s`` after the block time is over
+        (frozen, partitioned) fails the read with :class:`DependencyUnavailable`.
+        The bound is the adapter's to keep because it is on every read: a cancel
+        scope around each one cost the consumer more than the read itself."""
         ...
 
     async def reclaim(self, min_idle_ms: int, count: int) -> Reclaimed:

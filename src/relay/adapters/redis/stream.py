@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Final
 
+import anyio
 import hiredis
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -24,6 +25,13 @@ from relay.domain.errors import DependencyUnavailable
 from relay.domain.outcome import Reclaimed, StreamMessage
 
 EVENT_FIELD: Final = b"event"
+READ_PATIENCE_S: Final = 10.0  # beyond a read's BLOCK time, the server counts as gone
+
+
+def _no_answer(patience_s: float) -> DependencyUnavailable:
+    return DependencyUnavailable(
+        f"redis XREADGROUP failed: no answer {patience_s:g}s after the block time"
+    )
 
 
 def _text(value: Any) -> str:
@@ -92,15 +100,26 @@ class RedisEventStream:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def read(self, count: int, block_ms: int) -> Sequence[StreamMessage]:
-        reply = await self._read(count, block_ms)
+    async def read(
+        self, count: int, block_ms: int, patience_s: float = READ_PATIENCE_S
+    ) -> Sequence[StreamMessage]:
+        deadline = asyncio.get_running_loop().time() + block_ms / 1000 + patience_s
+        try:
+            reply = await self._read(count, block_ms, deadline)
+        except TimeoutError:
+            raise _no_answer(patience_s) from None
         if type(reply) is hiredis.ReplyError:
             if "NOGROUP" not in str(reply):
                 raise DependencyUnavailable(f"redis XREADGROUP failed: {reply}")
             # The stream or group vanished (a Redis restart without persistence,
-            # a manual DEL): recreate it and read again.
-            await self.ensure_group()
-            reply = await self._read(count, block_ms)
+            # a manual DEL): recreate it and read again. Rare, so a cancel scope
+            # bounds the re-creation (anyio's clock on asyncio is the loop's).
+            try:
+                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+                    await self.ensure_group()
+                reply = await self._read(count, block_ms, deadline)
+            except TimeoutError:
+                raise _no_answer(patience_s) from None
             if type(reply) is hiredis.ReplyError:
                 raise DependencyUnavailable(f"redis XREADGROUP failed: {reply}")
         # RESP3 (redis-py's default) answers a map, RESP2 a list of pairs; nil on timeout
@@ -113,9 +132,9 @@ class RedisEventStream:
                     messages.append(message)
         return messages
 
-    async def _read(self, count: int, block_ms: int) -> Any:
+    async def _read(self, count: int, block_ms: int, deadline: float) -> Any:
         count_block = bulk(str(count).encode(), b"BLOCK", str(block_ms).encode())
-        return await self._reads.call(self._read_head + count_block + self._read_tail)
+        return await self._reads.call(self._read_head + count_block + self._read_tail, deadline)
 
     async def reclaim(self, min_idle_ms: int, count: int) -> Reclaimed:
         """One ``XAUTOCLAIM`` step from the saved cursor (it wraps to ``0-0``).
@@ -202,6 +221,11 @@ class _ReadLink(TakenOver):
             self.reply.set_exception(ConnectionError(str(exc) or type(exc).__name__))
 
 
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
+
+
 class BlockingReads:
     """One command at a time on a connection of its own (the consumer's reads).
 
@@ -218,13 +242,19 @@ class BlockingReads:
         self._open = open_connection
         self._link: _ReadLink | None = None
 
-    async def call(self, command: bytes) -> Any:
+    async def call(self, command: bytes, deadline: float | None = None) -> Any:
+        """Send ``command`` and return its reply. With ``deadline`` (the loop's
+        clock), a reply that has not come by then raises ``TimeoutError`` and the
+        connection is closed, as for a cancelled read. The bound is one loop timer,
+        not a cancel scope: it is armed on every read the consumer makes."""
+        loop = asyncio.get_running_loop()
         for attempt in (1, 2):
             link = self._link
             if link is None or link.lost is not None or link.transport.is_closing():
-                link = await self._connect()
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                link = await self._connect(deadline)
+            future: asyncio.Future[Any] = loop.create_future()
             link.reply = future
+            timer = None if deadline is None else loop.call_at(deadline, _expire, future)
             try:
                 link.transport.write(command)
                 return await future
@@ -237,17 +267,22 @@ class BlockingReads:
                 raise
             finally:
                 link.reply = None
+                if timer is not None:
+                    timer.cancel()
         raise AssertionError("unreachable")
 
-    async def _connect(self) -> _ReadLink:
+    async def _connect(self, deadline: float | None) -> _ReadLink:
         link = _ReadLink()
         try:
-            await self._open(link)
-        except Exception as exc:  # refused, unreachable, bad credentials: one line
+            # anyio's clock on asyncio is the loop's; reconnecting is rare
+            with anyio.fail_after(None if deadline is None else deadline - anyio.current_time()):
+                await self._open(link)
+        except Exception as exc:  # refused, unreachable, bad credentials, silent: one line
             if link.transport is not None:
                 link.transport.abort()
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else str(exc)
             raise DependencyUnavailable(
-                f"redis XREADGROUP failed: cannot connect: {str(exc) or type(exc).__name__}"
+                f"redis XREADGROUP failed: cannot connect: {reason or type(exc).__name__}"
             ) from exc
         self._link = link
         return link
