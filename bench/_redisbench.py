@@ -410,6 +410,44 @@ async def settle_latency(
     )
 
 
+@dataclass
+class SteadyRun:
+    """A paced run with what it cost: CPU per event of the consumer process and
+    of Redis (its own ``INFO cpu``, so a Redis in a container needs no pid)."""
+
+    latencies_ms: list[float]
+    consumer_us: float
+    redis_us: float
+
+
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def redis_cpu_s(client: Redis) -> float:
+    info: dict[str, Any] = await client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def steady_run(
+    url: str, stream: str, group: str, rate: float, count: int, consumer_pid: int
+) -> SteadyRun:
+    """:func:`settle_latency` at ``rate``, with the consumer's and Redis's CPU per
+    event over the run: at one rate for every consumer, the comparison is of their
+    code, not of the load each was given."""
+    client = Redis.from_url(url)
+    try:
+        consumer, server = process_cpu_s(consumer_pid), await redis_cpu_s(client)
+        run = await settle_latency(url, stream, group, rate, count)
+        consumer = process_cpu_s(consumer_pid) - consumer
+        server = await redis_cpu_s(client) - server
+    finally:
+        await client.aclose()
+    return SteadyRun(run.latencies_ms, consumer / count * 1e6, server / count * 1e6)
+
+
 async def monitored_round_trips(
     url: str, stream: str, group: str, rate: float, count: int, limit_s: float = 300.0
 ) -> LatencyRun:

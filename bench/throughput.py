@@ -1,7 +1,7 @@
 """End-to-end throughput of Relay next to a raw XREADGROUP/XACK loop, in one run.
 
     .venv/bin/python bench/throughput.py [--events 20000] [--latency-events 30000]
-                                         [--redis-url URL] [--skip-relay]
+                                         [--same-rate 2400] [--redis-url URL] [--skip-relay]
 
 Against one throwaway Redis (a container of relay-testbed/redis:7, else a local
 redis-server; removed afterwards) it measures:
@@ -38,6 +38,11 @@ excluded); then, at half that rate:
 - in a separate, shorter paced run under MONITOR, the top-level commands per
   event (round trips; pipelined commands count one each).
 
+With ``--same-rate R``, (b), (b') and (c) are also paced at R events/s each, and a
+second table gives p50/p99 there with the CPU each event cost the consumer
+process and Redis (``INFO cpu``). Each consumer's own half rate differs, so the
+first table compares latencies under different loads; this one compares code.
+
 Targets for (c) on the 2-core machine: >= 3,000 events/s, <= 3 round trips per
 event, p99 < 5 ms. Figures vary per machine: read the ratios to (a); the
 distance from (b) to (b') is what the layers of Relay's adapters cost, and from
@@ -66,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _redisbench import (
     LatencyRun,
+    SteadyRun,
     add_burst,
     command_counts,
     delta,
@@ -76,6 +82,7 @@ from _redisbench import (
     remove_function_images,
     settle_latency,
     start_noop_worker,
+    steady_run,
     throwaway_redis,
     wait_acked,
     warm_up,
@@ -95,6 +102,7 @@ class Result:
     seconds: float
     commands: dict[str, int]
     latency: LatencyRun | None = None
+    steady: SteadyRun | None = None
 
     @property
     def rate(self) -> float:
@@ -201,7 +209,13 @@ def _stamp(line: str) -> tuple[str, float]:
 
 
 async def floor_phase(
-    url: str, events: int, latency_events: int, containers: int, *, lean: bool = False
+    url: str,
+    events: int,
+    latency_events: int,
+    containers: int,
+    same_rate: float | None = None,
+    *,
+    lean: bool = False,
 ) -> Result:
     """``bench/_floor.py`` (Relay's Redis and Docker calls per event through its
     adapters, no Relay logic) or, with ``lean``, ``bench/_lean.py`` (the same calls
@@ -223,6 +237,10 @@ async def floor_phase(
         label = "lean protocols" if lean else "adapters only"
         result = await burst(label, client, stream, group, events)
         await settled_at_half_rate(result, url, stream, group, latency_events)
+        if same_rate:
+            result.steady = await steady_run(
+                url, stream, group, same_rate, latency_events, consumer.pid
+            )
     finally:
         consumer.kill()
         await consumer.wait()
@@ -235,7 +253,13 @@ async def floor_phase(
 # --- (c) Relay end to end ---------------------------------------------------------------
 
 
-async def relay_phase(url: str, events: int, latency_events: int, build_timeout: float) -> Result:
+async def relay_phase(
+    url: str,
+    events: int,
+    latency_events: int,
+    build_timeout: float,
+    same_rate: float | None = None,
+) -> Result:
     suffix = secrets.token_hex(3)
     function = f"bench-noop-{suffix}"
     stream, group = f"bench-relay-{suffix}", "relay-bench"
@@ -255,6 +279,10 @@ async def relay_phase(url: str, events: int, latency_events: int, build_timeout:
             await warm_up(client, stream, group, worker, build_timeout)
             result = await burst("relay end to end", client, stream, group, events, worker.alive)
             await settled_at_half_rate(result, url, stream, group, latency_events)
+            if same_rate:
+                result.steady = await steady_run(
+                    url, stream, group, same_rate, latency_events, worker.proc.pid
+                )
         except BaseException:
             print("--- worker log (tail) ---")
             print(worker.log_tail())
@@ -302,6 +330,22 @@ def report(results: list[Result]) -> None:
                 f"  {r.label}: latency measured for {len(r.latency.latencies_ms)} of "
                 f"{r.latency.events} events"
             )
+    report_steady(results)
+
+
+def report_steady(results: list[Result]) -> None:
+    steady = [(r.label, r.steady) for r in results if r.steady is not None]
+    if not steady:
+        return
+    print()
+    print(f"{'at one rate for all':22} {'p50 ms':>7} {'p99 ms':>7} {'consumer us/ev':>15} "
+          f"{'redis us/ev':>12}")
+    for label, run in steady:
+        lat = run.latencies_ms
+        p50 = percentile(lat, 0.5) if lat else float("nan")
+        p99 = percentile(lat, 0.99) if lat else float("nan")
+        print(f"{label:22} {p50:7.2f} {p99:7.2f} {run.consumer_us:15.0f} {run.redis_us:12.0f}")
+    print("consumer/redis us/ev: CPU time of the consumer process and of Redis per event")
 
 
 def main() -> None:
@@ -314,6 +358,13 @@ def main() -> None:
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of a new one")
     parser.add_argument("--skip-relay", action="store_true", help="only the raw baselines")
     parser.add_argument("--build-timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--same-rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="also pace the ledger consumers at R events/s each, with CPU per event",
+    )
     args = parser.parse_args()
     with throwaway_redis(args.redis_url) as url:
         results = [
@@ -329,10 +380,18 @@ def main() -> None:
                         args.events,
                         args.latency_events,
                         4,
+                        args.same_rate,
                     )
                 )
             results.append(
-                anyio.run(relay_phase, url, args.events, args.latency_events, args.build_timeout)
+                anyio.run(
+                    relay_phase,
+                    url,
+                    args.events,
+                    args.latency_events,
+                    args.build_timeout,
+                    args.same_rate,
+                )
             )
         report(results)
 
