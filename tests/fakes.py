@@ -349,6 +349,7 @@ class InMemoryEventStream:
         self.dropped: list[str] = []
         self.groups_created = 0
         self.fail_reads = 0
+        self.silent_reclaims = 0  # reclaims that never answer (a frozen broker)
         self.reads = 0
         self._delivered = 0
         self._order: list[str] = []
@@ -406,6 +407,9 @@ class InMemoryEventStream:
 
     async def reclaim(self, min_idle_ms: int, count: int) -> Reclaimed:
         self._fail()
+        if self.silent_reclaims > 0:
+            self.silent_reclaims -= 1
+            await anyio.sleep_forever()
         now = self.now_ms()
         messages: list[StreamMessage] = []
         deleted: list[str] = []

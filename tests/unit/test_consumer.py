@@ -127,6 +127,26 @@ async def test_reads_recover_after_an_outage_with_one_line_each_way() -> None:
     assert health.healthy
 
 
+async def test_a_silent_broker_is_reported_by_recovery_in_one_clear_line() -> None:
+    stream = stream_with_events(0)
+    stream.silent_reclaims = 1
+
+    async def dispatch(message: StreamMessage) -> None:
+        return None
+
+    health = ConnectionHealth("recovery", min_s=0.001, max_s=0.002)
+    loop = RecoveryLoop(
+        stream, dispatch, MessageBuffer(4), interval_s=0.001, health=health, call_timeout_s=0.01
+    )
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            await tg.start(loop.run)
+            await wait_for(lambda: any(e["event"] == "broker_recovered" for e in logs))
+            tg.cancel_scope.cancel()
+    [down] = [e for e in logs if e["event"] == "broker_unavailable"]
+    assert down["error"] == "the broker did not answer a reclaim of pending messages within 0.01s"
+
+
 async def test_recovery_hands_idle_messages_back_and_drops_deleted_ones() -> None:
     clock = FakeClock()
     stream = InMemoryEventStream(clock)

@@ -12,15 +12,17 @@ one line when it answers again (:class:`ConnectionHealth`).
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import anyio
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from relay.application.ports import EventStream
+from relay.domain.errors import DependencyUnavailable
 from relay.domain.events import PendingEntryDropped
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import StreamMessage
@@ -34,6 +36,19 @@ DEFAULT_BLOCK_MS = 1_000
 RECLAIM_INTERVAL_S = 60.0
 MIN_PENDING_IDLE_MS = 60_000
 CALL_TIMEOUT_S = 10.0  # beyond a read's own BLOCK time, the broker counts as gone
+
+
+@contextlib.contextmanager
+def _answered_within(seconds: float, what: str) -> Iterator[None]:
+    """A broker call that must answer within ``seconds``; a silent (frozen,
+    partitioned) broker fails it with one line that says so."""
+    try:
+        with anyio.fail_after(seconds):
+            yield
+    except TimeoutError:
+        raise DependencyUnavailable(
+            f"the broker did not answer {what} within {seconds:g}s"
+        ) from None
 
 
 class MessageBuffer:
@@ -192,7 +207,7 @@ class ConsumerLoop:
     async def _ensure_group(self) -> None:
         while True:
             try:
-                with anyio.fail_after(self._call_timeout_s):
+                with _answered_within(self._call_timeout_s, "the consumer group's creation"):
                     await self._stream.ensure_group()
             except Exception as exc:  # noqa: BLE001 - never exit: back off and retry
                 await anyio.sleep(self.health.failed(exc))
@@ -247,7 +262,7 @@ class RecoveryLoop:
         handed = 0
         while True:
             await self._buffer.wait_free()
-            with anyio.fail_after(self._call_timeout_s):
+            with _answered_within(self._call_timeout_s, "a reclaim of pending messages"):
                 batch = await self._stream.reclaim(self._min_idle_ms, self._buffer.free)
             if batch.deleted:
                 await self._drop(batch.deleted)
