@@ -161,11 +161,15 @@ def _free_loopback_port() -> int:
 class RedisServer:
     """A Redis container published on a fixed loopback port, so a restart keeps its URL.
 
-    The server keeps nothing on disk: after ``restart()`` (or ``kill()`` + ``start()``) it is
-    empty, as a Redis that lost its data would be.
+    By default the server keeps nothing on disk: after ``restart()`` (or ``kill()`` +
+    ``start()``) it is empty, as a Redis that lost its data would be. With
+    ``persistent``, every write is in its append-only file before it is answered, so
+    even ``kill()`` + ``start()`` brings back everything it acknowledged.
     """
 
-    def __init__(self, engine: DockerEngine, name: str, labels: dict[str, str]) -> None:
+    def __init__(
+        self, engine: DockerEngine, name: str, labels: dict[str, str], *, persistent: bool = False
+    ) -> None:
         # Imported here, after TESTCONTAINERS_RYUK_DISABLED is set above, whatever the order
         # in which test modules import things.
         from testcontainers.community.redis import (  # noqa: PLC0415
@@ -189,6 +193,11 @@ class RedisServer:
             .with_kwargs(labels=labels)
             .waiting_for(PingWaitStrategy().with_startup_timeout(30))
         )
+        if persistent:
+            self._tc.with_command(
+                "redis-server --port 6379 --bind 0.0.0.0 --protected-mode no --save '' "
+                "--appendonly yes --appendfsync always"
+            )
         self._tc.ports["6379"] = (self.host, self.port)  # type: ignore[assignment]
         try:
             self._tc.start()
@@ -288,6 +297,17 @@ def restartable_redis(docker_engine: DockerEngine, unique: str) -> Iterator[Redi
     """A Redis of this test's own: stop/start/restart/kill/pause it freely; URL unchanged."""
     labels = {TEST_LABEL: "true", TEST_ID_LABEL: unique}
     server = RedisServer(docker_engine, f"relay-test-redis-{unique}", labels)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def persistent_redis(docker_engine: DockerEngine, unique: str) -> Iterator[RedisServer]:
+    """As ``restartable_redis``, but what it acknowledged survives ``kill()`` + ``start()``."""
+    labels = {TEST_LABEL: "true", TEST_ID_LABEL: unique}
+    server = RedisServer(docker_engine, f"relay-test-redis-{unique}", labels, persistent=True)
     try:
         yield server
     finally:

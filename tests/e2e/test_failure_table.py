@@ -271,6 +271,89 @@ def test_a_frozen_redis_mid_invocation_is_waited_out_and_nothing_is_lost(
     assert len(marks(worker, message_id, "start")) == 1
 
 
+def test_a_frozen_redis_past_the_lease_applies_the_result_it_was_sent_on_waking(
+    relay_worker: WorkerFactory,
+    worker_env: dict[str, str],
+    functions_dir: Path,
+    restartable_redis: Any,
+) -> None:
+    """Row 7, a longer freeze: Redis stops answering while a handler runs and stays
+    frozen past the claim's lease and past the script call's own 30 s timeout, so
+    the worker gives the result up (``ledger_unavailable``). But the call had been
+    written: the frozen server's kernel kept it, and Redis runs it on waking. Its
+    token still matches (nobody could take the claim over meanwhile), so the
+    result counts: the handler ran once, the message is acknowledged, no rerun."""
+    write_function(functions_dir)
+    worker = relay_worker(env={"REDIS_URI": restartable_redis.url, **FAST_RECOVERY})
+    client = redis.Redis.from_url(restartable_redis.url)
+    try:
+        ledger = Ledger(client, worker_env)
+        message_id = ledger.add({"kind": "slow"})
+        worker.wait_for(mark_pattern(message_id, "start"), timeout=30)
+        deadline_s, _ = running_deadline_s(ledger.marker(message_id, SLOW))
+        restartable_redis.pause()
+        try:
+            worker.wait_for(mark_pattern(message_id, "end"), timeout=30)
+            worker.wait_for(
+                rf"msg=ledger_unavailable message_id={re.escape(message_id)} ", timeout=60
+            )
+            assert time.time() > deadline_s, "the lease should have run out by now"
+        finally:
+            restartable_redis.unpause()
+        wait_until(lambda: message_id not in ledger.pending(), 40, "the ack on waking")
+        assert ledger.marker(message_id, SLOW) == "ok"
+        holds(lambda: len(marks(worker, message_id, "start")) == 1, WINDOW_S, "ran again")
+        assert ledger.dlq_of(message_id) == []
+    finally:
+        client.close()
+    assert worker.process is not None
+    assert worker.process.poll() is None, "the worker exited"
+
+
+def test_redis_down_past_the_lease_runs_the_invocation_again_and_loses_nothing(
+    relay_worker: WorkerFactory,
+    worker_env: dict[str, str],
+    functions_dir: Path,
+    persistent_redis: Any,
+) -> None:
+    """Row 7, a longer outage: Redis crashes while a handler runs (its data is on
+    disk) and stays down past the claim's lease. The result cannot be recorded
+    (``ledger_unavailable``); once Redis is back, recovery hands the message back,
+    the expired claim is taken again as attempt 2, and the message is acknowledged:
+    the handler ran twice (at least once, never lost), no DLQ entry, worker up."""
+    write_function(functions_dir)
+    worker = relay_worker(env={"REDIS_URI": persistent_redis.url, **FAST_RECOVERY})
+    client = redis.Redis.from_url(persistent_redis.url)
+    try:
+        ledger = Ledger(client, worker_env)
+        message_id = ledger.add({"kind": "slow"})
+        worker.wait_for(mark_pattern(message_id, "start"), timeout=30)
+        deadline_s, attempt = running_deadline_s(ledger.marker(message_id, SLOW))
+        assert attempt == 1
+        persistent_redis.kill()
+        try:
+            worker.wait_for(mark_pattern(message_id, "end"), timeout=30)
+            worker.wait_for(
+                rf"msg=ledger_unavailable message_id={re.escape(message_id)} ", timeout=30
+            )
+            wait_until(lambda: time.time() > deadline_s + 1, LEASE_S + 5, "the lease's end")
+        finally:
+            persistent_redis.start()
+        worker.wait_for(mark_pattern(message_id, "start"), timeout=60, count=2)
+        wait_until(lambda: message_id not in ledger.pending(), 40, "the ack after the rerun")
+        assert ledger.marker(message_id, SLOW) == "ok"
+        assert ledger.dlq_of(message_id) == []
+    finally:
+        client.close()
+    assert worker.process is not None
+    assert worker.process.poll() is None, "the worker exited"
+    assert len(marks(worker, message_id, "start")) == 2  # once lost, once recorded
+    [succeeded] = worker.find(
+        rf"msg=invocation_succeeded .*message_id={re.escape(message_id)} attempt=2 "
+    )
+    assert succeeded
+
+
 def test_an_always_failing_handler_runs_one_plus_retries_times_then_one_dlq_entry(
     relay_worker: WorkerFactory, ledger: Ledger
 ) -> None:
