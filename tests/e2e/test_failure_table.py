@@ -426,6 +426,67 @@ def test_two_matched_handlers_one_failing_the_success_is_never_rerun(
     )
 
 
+NOT_READY = "not-ready"
+NOT_READY_TEMPLATE = """\
+runtime: python3.14
+events:
+  - handler: handler.handler
+    pattern:
+      kind: [held]
+"""
+NOT_READY_HANDLER = """\
+import time
+
+import six
+
+
+def handler(event):
+    print(f"mark run {time.time():.6f} six-{six.__version__}", flush=True)
+"""
+
+
+def test_a_function_without_an_image_holds_its_events_until_it_serves(
+    relay_worker: WorkerFactory, ledger: Ledger, functions_dir: Path
+) -> None:
+    """Row 14: a function whose first image cannot be built yet (here its
+    requirements do not install) is in the catalog as pending, so an event it
+    matches is classified, neither run nor acknowledged, and no attempt is
+    charged. Once the function is fixed and built, recovery hands the event over
+    and it runs once, as attempt 1."""
+    fn = functions_dir / NOT_READY
+    fn.mkdir()
+    (fn / "template.yaml").write_text(NOT_READY_TEMPLATE)
+    (fn / "handler.py").write_text(NOT_READY_HANDLER)
+    (fn / "requirements.txt").write_text("six ==== not a version\n")
+    worker = relay_worker(env=FAST_RECOVERY)
+    worker.wait_for(rf"msg=function_reconcile_failed function={NOT_READY} ", timeout=180)
+    message_id = ledger.add({"kind": "held"})
+    field = f"{NOT_READY}/handler.handler"
+
+    def held() -> bool:
+        ledger_hash = ledger.client.hgetall(ledger.key(message_id))
+        return (
+            message_id in ledger.pending()
+            and ledger_hash.get(b"@class") == f"matched:{NOT_READY}".encode()
+            and field.encode() not in ledger_hash  # no claim, so no attempt charged
+        )
+
+    wait_until(held, 15, "the event classified and held")
+    holds(held, WINDOW_S, "the held event ran, was charged or was acknowledged")
+    assert not worker.find(mark_pattern(message_id, "run"))
+
+    (fn / "requirements.txt").write_text("six==1.16.0\n")
+    worker.wait_for(rf"msg=function_prepared function={NOT_READY} ", timeout=180)
+    worker.wait_for(mark_pattern(message_id, "run"), timeout=30)
+    wait_until(lambda: message_id not in ledger.pending(), 15, "the ack once it served")
+    assert ledger.client.hget(ledger.key(message_id), field) == b"ok"
+    assert len(worker.find(mark_pattern(message_id, "run"))) == 1
+    assert worker.find(
+        rf"msg=invocation_succeeded function={NOT_READY} .*message_id={re.escape(message_id)} "
+        "attempt=1 "
+    )
+
+
 def test_an_unwritable_dlq_keeps_the_message_pending_then_routes_it_without_rerunning(
     relay_worker: WorkerFactory, ledger: Ledger, sync_redis: redis.Redis
 ) -> None:
