@@ -426,6 +426,46 @@ def test_two_matched_handlers_one_failing_the_success_is_never_rerun(
     )
 
 
+def test_a_removed_handler_no_longer_holds_back_the_ack(
+    relay_worker: WorkerFactory, ledger: Ledger, functions_dir: Path
+) -> None:
+    """Row 18: one event matches a handler that succeeds and one that fails and
+    waits out its backoff, so the message stays pending. The operator removes the
+    failing rule from the template; the live reload swaps the rules, and the next
+    delivery acknowledges the message on the remaining handler alone, without
+    running either handler again and without a DLQ entry."""
+    failing, succeeding = "ft.marks.always_fail", "ft.marks.echo"
+    worker = relay_worker(env=FAST_RECOVERY)
+    message_id = ledger.add({"kind": "pair"})
+    wait_until(lambda: ledger.marker(message_id, succeeding) == "ok", 30, "the success")
+    wait_until(
+        lambda: re.fullmatch(r"next_attempt_at:\d+#1", ledger.marker(message_id, failing) or ""),
+        30,
+        "the failure's backoff marker",
+    )
+    holds(lambda: message_id in ledger.pending(), WINDOW_S, "acknowledged during the backoff")
+
+    template = functions_dir / FUNCTION / "template.yaml"
+    rule = (
+        "  - handler: ft.marks.always_fail\n    pattern:\n      kind: [fail, pair]\n"
+        "    retries: 2\n"
+    )
+    assert rule in template.read_text()
+    template.write_text(template.read_text().replace(rule, ""))
+    worker.wait_for(rf"msg=function_prepared function={FUNCTION} ", timeout=120, count=2)
+    wait_until(lambda: message_id not in ledger.pending(), 30, "the ack without the rule")
+
+    assert ledger.dlq_of(message_id) == []
+    holds(
+        lambda: (
+            len(marks(worker, message_id, handler=succeeding)) == 1
+            and len(marks(worker, message_id, handler=failing)) == 1
+        ),
+        WINDOW_S,
+        "a handler ran again",
+    )
+
+
 NOT_READY = "not-ready"
 NOT_READY_TEMPLATE = """\
 runtime: python3.14
