@@ -359,9 +359,11 @@ def test_an_always_failing_handler_runs_one_plus_retries_times_then_one_dlq_entr
 ) -> None:
     """Row 8: ``retries: 2`` gives exactly three executions (each backoff deadline is
     moved to the past in the ledger instead of waiting 1m and 2m), then one DLQ entry
-    with ``handler_attempts`` 3, then the ACK; nothing runs afterwards."""
+    with ``handler_attempts`` 3, then the ACK; nothing runs afterwards. Row 23: the
+    three deliveries classified the event once (``/metrics``)."""
     handler = "ft.marks.always_fail"
-    worker = relay_worker(env=FAST_RECOVERY)
+    port = free_port()
+    worker = relay_worker(env={**FAST_RECOVERY, "METRICS_ADDR": f"127.0.0.1:{port}"})
     message_id = ledger.add({"kind": "fail"})
     for attempt in (1, 2):
         worker.wait_for(mark_pattern(message_id, "run"), timeout=30, count=attempt)
@@ -387,6 +389,16 @@ def test_an_always_failing_handler_runs_one_plus_retries_times_then_one_dlq_entr
         "an exhausted invocation ran again or was dead-lettered twice",
     )
     assert len(worker.find(rf"msg=invocation_failed .*message_id={message_id}")) == 2
+    counts = {
+        name: metric(port, f"{name}_total")
+        for name in ("events_received", "events_matched", "events_unmatched", "handler_failure")
+    }
+    assert counts == {
+        "events_received": 1,
+        "events_matched": 1,
+        "events_unmatched": 0,
+        "handler_failure": 3,
+    }
 
 
 def test_two_matched_handlers_one_failing_the_success_is_never_rerun(
