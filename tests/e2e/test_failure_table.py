@@ -580,7 +580,8 @@ def test_malformed_and_oversized_events_are_dead_lettered_at_once(
     """Row 12: not JSON, not a JSON object, not UTF-8, no ``event`` field, and larger
     than ``MAX_EVENT_BYTES`` (1 KiB here): each gets one placeholder DLQ entry
     (``-``, ``-``, ``handler_attempts`` 0) and is acknowledged; no handler runs and
-    ``events_received_total`` does not move (a valid event afterwards moves it)."""
+    ``events_received_total`` does not move (a valid event afterwards moves it).
+    Row 22 follows: an event no rule matches."""
     port = free_port()
     worker = relay_worker(env={"MAX_EVENT_BYTES": "1KiB", "METRICS_ADDR": f"127.0.0.1:{port}"})
     wait_until(lambda: metric(port, "events_received_total") == 0, 15, "/metrics")
@@ -604,6 +605,16 @@ def test_malformed_and_oversized_events_are_dead_lettered_at_once(
     worker.wait_for(mark_pattern(good, "run"), timeout=30)
     wait_until(lambda: metric(port, "events_received_total") == 1, 15, "the valid event counted")
     assert metric(port, "dlq_entries_total") == len(bad)
+
+    # Row 22: a valid event no rule matches is acknowledged at once and counted
+    # unmatched; nothing runs and nothing is dead-lettered.
+    unmatched = ledger.add({"kind": "nobody-listens"})
+    wait_until(lambda: metric(port, "events_unmatched_total") == 1, 15, "the unmatched count")
+    wait_until(lambda: unmatched not in ledger.pending(), 15, "the unmatched event's ack")
+    assert (metric(port, "events_received_total"), metric(port, "events_matched_total")) == (2, 1)
+    assert ledger.client.hget(ledger.key(unmatched), "@class") == b"unmatched"
+    assert not worker.find(rf'message "{re.escape(unmatched)}"')
+    assert ledger.dlq_of(unmatched) == []
 
 
 def test_retention_never_trims_a_pending_entry_older_than_the_window(
