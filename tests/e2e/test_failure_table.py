@@ -478,6 +478,40 @@ def test_a_removed_handler_no_longer_holds_back_the_ack(
     )
 
 
+def test_no_slot_within_the_wait_defers_without_an_attempt_and_runs_later(
+    relay_worker: WorkerFactory, ledger: Ledger, functions_dir: Path
+) -> None:
+    """Row 15: with ``concurrency: 1`` and five 3-second invocations claimed at once,
+    the last ones cannot get the function's slot within the 10 s wait. Each of those
+    is released (``invocation_deferred``, no attempt charged) and left pending;
+    recovery hands it back and it runs once, as attempt 1. Every event runs exactly
+    once and is acknowledged; ``concurrency_waits_total`` counts the waits."""
+    template = functions_dir / FUNCTION / "template.yaml"
+    template.write_text("concurrency: 1\n" + template.read_text())
+    port = free_port()
+    worker = relay_worker(env={**FAST_RECOVERY, "METRICS_ADDR": f"127.0.0.1:{port}"})
+    ids = [ledger.add({"kind": "slow"}) for _ in range(5)]
+    worker.wait_for(r"msg=invocation_deferred .*reason=slot_unavailable", timeout=60)
+    wait_until(lambda: not set(ids) & ledger.pending(), 90, "every ack")
+
+    deferred = {
+        m[1]
+        for line in worker.find(r"msg=invocation_deferred ")
+        if (m := re.search(r"message_id=(\S+)", line)) is not None
+    }
+    assert deferred <= set(ids)
+    for message_id in ids:
+        assert ledger.marker(message_id, SLOW) == "ok"
+        assert len(marks(worker, message_id, "start")) == 1, message_id
+    for message_id in deferred:  # released, so its only run is attempt 1
+        assert worker.find(
+            rf"msg=invocation_succeeded .*message_id={re.escape(message_id)} attempt=1 "
+        ), message_id
+    waits = metric(port, "concurrency_waits_total")
+    assert waits is not None
+    assert waits >= 4
+
+
 NOT_READY = "not-ready"
 NOT_READY_TEMPLATE = """\
 runtime: python3.14

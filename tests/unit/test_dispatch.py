@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from structlog.testing import capture_logs
 
 from relay.domain import events as ev
 from relay.domain.execution import InvocationRequest, InvocationResult
@@ -177,9 +178,16 @@ async def test_no_slot_leaves_the_message_pending_without_charging_an_attempt() 
     async with anyio.create_task_group() as tg:
         tg.start_soon(hold)
         await held.wait()
-        report = await world.deliver(INSERT)
+        with capture_logs() as logs:
+            report = await world.deliver(INSERT)
         release.set()
     assert (report.acknowledged, report.outcome) == (False, "deferred")
+    [line] = [e for e in logs if e["event"] == "invocation_deferred"]
+    assert (line["log_level"], line["function"], line["reason"]) == (
+        "warning",
+        "users",
+        "slot_unavailable",
+    )
     assert world.runtime.requests == []
     assert "users/events.created.handler" not in world.ledger.hashes[report.message_id]
     [deferred] = world.of(ev.InvocationDeferred)

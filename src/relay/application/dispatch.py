@@ -442,7 +442,17 @@ def _result_event(
 def _log_results(events: Sequence[DomainEvent]) -> None:
     """The log lines of an attempt's result, once the ledger has recorded it."""
     for event in events:
-        if isinstance(event, InvocationSucceeded):
+        if isinstance(event, InvocationDeferred):
+            # Nothing ran and nothing is charged; without this line an operator
+            # would see only a message that stays pending.
+            _log.warning(
+                "invocation_deferred",
+                function=event.function,
+                handler=event.handler,
+                message_id=event.message_id,
+                reason=event.reason,
+            )
+        elif isinstance(event, InvocationSucceeded):
             _log.info("invocation_succeeded", **_fields(event))
         elif isinstance(event, InvocationFailed):
             _log.warning(
