@@ -512,6 +512,36 @@ def test_no_slot_within_the_wait_defers_without_an_attempt_and_runs_later(
     assert waits >= 4
 
 
+def test_a_full_buffer_leaves_the_backlog_in_redis(
+    relay_worker: WorkerFactory, ledger: Ledger, functions_dir: Path
+) -> None:
+    """Row 21: ``MAX_BUFFERED_EVENTS=2`` and ten 3-second events at ``concurrency: 1``.
+    The worker holds at most two messages at any time (the group's pending list);
+    the rest stay undelivered in the stream (the group's lag) and are read as
+    room frees up, in order."""
+    template = functions_dir / FUNCTION / "template.yaml"
+    template.write_text("concurrency: 1\n" + template.read_text())
+    relay_worker(env={"MAX_BUFFERED_EVENTS": "2"})
+    ids = [ledger.add({"kind": "slow"}) for _ in range(10)]
+
+    def group() -> dict[str, Any]:
+        [info] = ledger.client.xinfo_groups(ledger.stream)
+        return {k.decode() if isinstance(k, bytes) else k: v for k, v in info.items()}
+
+    wait_until(lambda: group()["pending"] == 2, 30, "two messages taken")
+    holds(
+        lambda: group()["pending"] <= 2 and group()["lag"] >= 10 - 2 - 2,
+        WINDOW_S,
+        "the worker took more than its buffer, or read nothing more",
+    )
+    wait_until(
+        lambda: ids[2] not in ledger.pending() and ledger.marker(ids[2], SLOW) == "ok",
+        60,
+        "the third event, read once room freed up",
+    )
+    assert group()["pending"] <= 2
+
+
 NOT_READY = "not-ready"
 NOT_READY_TEMPLATE = """\
 runtime: python3.14
