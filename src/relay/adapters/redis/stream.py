@@ -106,22 +106,17 @@ class RedisEventStream:
         deadline = asyncio.get_running_loop().time() + block_ms / 1000 + patience_s
         try:
             reply = await self._read(count, block_ms, deadline)
-        except TimeoutError:
-            raise _no_answer(patience_s) from None
-        if type(reply) is hiredis.ReplyError:
-            if "NOGROUP" not in str(reply):
-                raise DependencyUnavailable(f"redis XREADGROUP failed: {reply}")
-            # The stream or group vanished (a Redis restart without persistence,
-            # a manual DEL): recreate it and read again. Rare, so a cancel scope
-            # bounds the re-creation (anyio's clock on asyncio is the loop's).
-            try:
+            if type(reply) is hiredis.ReplyError and "NOGROUP" in str(reply):
+                # The stream or group vanished (a Redis restart without persistence,
+                # a manual DEL): recreate it and read again. Rare, so a cancel scope
+                # bounds the re-creation (anyio's clock on asyncio is the loop's).
                 with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
                     await self.ensure_group()
                 reply = await self._read(count, block_ms, deadline)
-            except TimeoutError:
-                raise _no_answer(patience_s) from None
-            if type(reply) is hiredis.ReplyError:
-                raise DependencyUnavailable(f"redis XREADGROUP failed: {reply}")
+        except TimeoutError:
+            raise _no_answer(patience_s) from None
+        if type(reply) is hiredis.ReplyError:
+            raise DependencyUnavailable(f"redis XREADGROUP failed: {reply}")
         # RESP3 (redis-py's default) answers a map, RESP2 a list of pairs; nil on timeout
         streams = reply.items() if isinstance(reply, dict) else reply or ()
         messages: list[StreamMessage] = []
