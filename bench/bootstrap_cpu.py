@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -25,14 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from _redisbench import process_cpu_s  # noqa: E402
+
 from relay.adapters.docker.bootstraps import END_MARKER_PREFIX as MARKER  # noqa: E402
 
 SOURCE = "src/relay/adapters/docker/bootstraps/python_bootstrap.py"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(source: bytes, app: Path, requests: int) -> float:
@@ -66,10 +62,10 @@ def measure(source: bytes, app: Path, requests: int) -> float:
     try:
         for n in range(200):  # imports, first allocations
             call(n)
-        before = cpu_seconds(process.pid)
+        before = process_cpu_s(process.pid)
         for n in range(requests):
             call(n)
-        return (cpu_seconds(process.pid) - before) / requests * 1e6
+        return (process_cpu_s(process.pid) - before) / requests * 1e6
     finally:
         stdin.close()
         process.wait(timeout=10)

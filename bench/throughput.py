@@ -127,15 +127,27 @@ async def burst(
 
 
 async def settled_at_half_rate(
-    result: Result, url: str, stream: str, group: str, latency_events: int
+    result: Result,
+    url: str,
+    stream: str,
+    group: str,
+    latency_events: int,
+    same_rate: float | None,
+    consumer_pid: int,
 ) -> None:
     """XADD->XACK latency (:func:`settle_latency`: any consumer that settles through
-    the ledger's scripts) and round trips at half the burst rate."""
+    the ledger's scripts) and round trips at half the burst rate; with
+    ``same_rate``, also the paced run at that rate with CPU per event
+    (:func:`steady_run`)."""
     rate = result.rate / 2
     settled = await settle_latency(url, stream, group, rate, latency_events)
     result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
     result.latency.latencies_ms = settled.latencies_ms
     result.latency.instrument_cpu = settled.instrument_cpu
+    if same_rate:
+        result.steady = await steady_run(
+            url, stream, group, same_rate, latency_events, consumer_pid
+        )
 
 
 # --- (a) the raw loop ------------------------------------------------------------------
@@ -236,11 +248,9 @@ async def floor_phase(
             await wait_acked(client, stream, group, last, 120, lambda: consumer.returncode is None)
         label = "lean protocols" if lean else "adapters only"
         result = await burst(label, client, stream, group, events)
-        await settled_at_half_rate(result, url, stream, group, latency_events)
-        if same_rate:
-            result.steady = await steady_run(
-                url, stream, group, same_rate, latency_events, consumer.pid
-            )
+        await settled_at_half_rate(
+            result, url, stream, group, latency_events, same_rate, consumer.pid
+        )
     finally:
         consumer.kill()
         await consumer.wait()
@@ -278,11 +288,9 @@ async def relay_phase(
             print(f"relay: starting the worker and building {function} (first build is slow)")
             await warm_up(client, stream, group, worker, build_timeout)
             result = await burst("relay end to end", client, stream, group, events, worker.alive)
-            await settled_at_half_rate(result, url, stream, group, latency_events)
-            if same_rate:
-                result.steady = await steady_run(
-                    url, stream, group, same_rate, latency_events, worker.proc.pid
-                )
+            await settled_at_half_rate(
+                result, url, stream, group, latency_events, same_rate, worker.proc.pid
+            )
         except BaseException:
             print("--- worker log (tail) ---")
             print(worker.log_tail())
