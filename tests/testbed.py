@@ -292,26 +292,28 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
-@pytest.fixture
-def restartable_redis(docker_engine: DockerEngine, unique: str) -> Iterator[RedisServer]:
-    """A Redis of this test's own: stop/start/restart/kill/pause it freely; URL unchanged."""
+@contextlib.contextmanager
+def _own_redis(engine: DockerEngine, unique: str, *, persistent: bool) -> Iterator[RedisServer]:
     labels = {TEST_LABEL: "true", TEST_ID_LABEL: unique}
-    server = RedisServer(docker_engine, f"relay-test-redis-{unique}", labels)
+    server = RedisServer(engine, f"relay-test-redis-{unique}", labels, persistent=persistent)
     try:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def restartable_redis(docker_engine: DockerEngine, unique: str) -> Iterator[RedisServer]:
+    """A Redis of this test's own: stop/start/restart/kill/pause it freely; URL unchanged."""
+    with _own_redis(docker_engine, unique, persistent=False) as server:
+        yield server
 
 
 @pytest.fixture
 def persistent_redis(docker_engine: DockerEngine, unique: str) -> Iterator[RedisServer]:
     """As ``restartable_redis``, but what it acknowledged survives ``kill()`` + ``start()``."""
-    labels = {TEST_LABEL: "true", TEST_ID_LABEL: unique}
-    server = RedisServer(docker_engine, f"relay-test-redis-{unique}", labels, persistent=True)
-    try:
+    with _own_redis(docker_engine, unique, persistent=True) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
