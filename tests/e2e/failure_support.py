@@ -91,6 +91,12 @@ def write_function(functions: Path) -> None:
     (fn / "ft" / "marks.py").write_text(MARKS)
 
 
+def limit_concurrency(functions: Path, concurrency: int) -> None:
+    """Give the function written by :func:`write_function` a ``concurrency``."""
+    template = functions / FUNCTION / "template.yaml"
+    template.write_text(f"concurrency: {concurrency}\n" + template.read_text())
+
+
 @dataclass(frozen=True)
 class Mark:
     handler: str

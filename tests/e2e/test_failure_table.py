@@ -28,6 +28,7 @@ from tests.e2e.failure_support import (
     SLOW_TIMEOUT_S,
     Ledger,
     free_port,
+    limit_concurrency,
     mark_pattern,
     marks,
     metric,
@@ -486,8 +487,7 @@ def test_no_slot_within_the_wait_defers_without_an_attempt_and_runs_later(
     is released (``invocation_deferred``, no attempt charged) and left pending;
     recovery hands it back and it runs once, as attempt 1. Every event runs exactly
     once and is acknowledged; ``concurrency_waits_total`` counts the waits."""
-    template = functions_dir / FUNCTION / "template.yaml"
-    template.write_text("concurrency: 1\n" + template.read_text())
+    limit_concurrency(functions_dir, 1)
     port = free_port()
     worker = relay_worker(env={**FAST_RECOVERY, "METRICS_ADDR": f"127.0.0.1:{port}"})
     ids = [ledger.add({"kind": "slow"}) for _ in range(5)]
@@ -519,8 +519,7 @@ def test_a_full_buffer_leaves_the_backlog_in_redis(
     The worker holds at most two messages at any time (the group's pending list);
     the rest stay undelivered in the stream (the group's lag) and are read as
     room frees up, in order."""
-    template = functions_dir / FUNCTION / "template.yaml"
-    template.write_text("concurrency: 1\n" + template.read_text())
+    limit_concurrency(functions_dir, 1)
     relay_worker(env={"MAX_BUFFERED_EVENTS": "2"})
     ids = [ledger.add({"kind": "slow"}) for _ in range(10)]
 
