@@ -76,7 +76,7 @@ class EventStream(Protocol):
         A broker that has not answered ``patience_s`` after the block time is over
         (frozen, partitioned) fails the read with :class:`DependencyUnavailable`.
         The bound is the adapter's to keep because it is on every read: a cancel
-        scope around each one cost the consumer more than the read itself."""
+        scope around each one was about 5% of the worker's CPU at a steady rate."""
         ...
 
     async def reclaim(self, min_idle_ms: int, count: int) -> Reclaimed:
