@@ -1,7 +1,8 @@
 """End-to-end throughput of Relay next to a raw XREADGROUP/XACK loop, in one run.
 
     .venv/bin/python bench/throughput.py [--events 20000] [--latency-events 30000]
-                                         [--same-rate 2400] [--redis-url URL] [--skip-relay]
+                                         [--runs 3] [--same-rate 2400]
+                                         [--redis-url URL] [--skip-relay]
 
 Against one throwaway Redis (a container of relay-testbed/redis:7, else a local
 redis-server; removed afterwards) it measures:
@@ -17,12 +18,17 @@ redis-server; removed afterwards) it measures:
 (c) Relay end to end: the real ``relay start`` with a no-op Python handler and
     MAX_CONCURRENCY=4 (so four warm containers), after a warm-up.
 
+Every consumer gets ``--runs`` bursts and as many paced runs (3 by default). The
+table shows the median of each figure over its runs and lists every run's rate
+and p99 under it: one paced run's p99 moves by a factor of two between identical
+runs on this machine, so a single run meets or misses a 5 ms target by luck.
+
 For each: events/s from the first XADD of a burst of N until everything is
 acknowledged (the burst is written by hand-packed, pipelined XADDs, under
 1 us of CPU per event, so the producer takes almost nothing from what it
 measures); Redis commands per handled event from ``INFO commandstats`` deltas
 (commands run inside Lua scripts included, the benchmark's own XADD/INFO/XINFO
-excluded); then, at half that rate:
+excluded); then, at half the median burst rate:
 
 - p50/p99 from XADD to XACK without MONITOR (which taxes Redis per command,
   about ten per handled event for Relay against one for the raw loop): from just
@@ -56,10 +62,11 @@ import functools
 import secrets
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,33 +104,50 @@ MONITORED_EVENTS = 1_000  # the round-trip count's own paced run, under MONITOR
 
 @dataclass
 class Result:
+    """One consumer's figures; every rate and latency is one per run (``--runs``)
+    and the table shows their medians."""
+
     label: str
     events: int
-    seconds: float
-    commands: dict[str, int]
-    latency: LatencyRun | None = None
-    steady: SteadyRun | None = None
+    seconds: list[float]  # one per burst
+    commands: dict[str, int]  # over all the bursts
+    latency: LatencyRun | None = None  # round trips (the MONITOR run)
+    paced: list[list[float]] = field(default_factory=list)  # ms, one list per paced run
+    paced_events: int = 0  # XADDs per paced run
+    steady: list[SteadyRun] = field(default_factory=list)
+
+    @property
+    def rates(self) -> list[float]:
+        return [self.events / s for s in self.seconds]
 
     @property
     def rate(self) -> float:
-        return self.events / self.seconds
+        return statistics.median(self.rates)
 
     @property
     def commands_per_event(self) -> float:
-        return sum(self.commands.values()) / self.events
+        return sum(self.commands.values()) / (self.events * len(self.seconds))
 
 
-async def burst(
-    label: str, client: Redis, stream: str, group: str, events: int, alive: Any = None
+async def bursts(
+    label: str,
+    client: Redis,
+    stream: str,
+    group: str,
+    events: int,
+    runs: int,
+    alive: Any = None,
 ) -> Result:
-    """A burst of ``events`` XADDs, timed until all are acknowledged, with the
-    Redis commands it cost."""
+    """``runs`` bursts of ``events`` XADDs, each timed until all are acknowledged,
+    with the Redis commands they cost."""
     before = await command_counts(client)
-    started = time.monotonic()
-    last = await add_burst(client, stream, events, first_seq=1_000_000)
-    finished = await wait_acked(client, stream, group, last, 600, alive)
+    seconds = []
+    for run in range(runs):
+        started = time.monotonic()
+        last = await add_burst(client, stream, events, first_seq=1_000_000 * (run + 1))
+        seconds.append(await wait_acked(client, stream, group, last, 600, alive) - started)
     after = await command_counts(client)
-    return Result(label, events, finished - started, delta(before, after))
+    return Result(label, events, seconds, delta(before, after))
 
 
 async def settled_at_half_rate(
@@ -136,18 +160,23 @@ async def settled_at_half_rate(
     consumer_pid: int,
 ) -> None:
     """XADD->XACK latency (:func:`settle_latency`: any consumer that settles through
-    the ledger's scripts) and round trips at half the burst rate; with
-    ``same_rate``, also the paced run at that rate with CPU per event
-    (:func:`steady_run`)."""
+    the ledger's scripts) in one paced run per burst, and round trips, at half the
+    median burst rate; with ``same_rate``, also as many paced runs at that rate
+    with CPU per event (:func:`steady_run`)."""
     rate = result.rate / 2
-    settled = await settle_latency(url, stream, group, rate, latency_events)
+    result.paced_events = latency_events
+    cpu = []
+    for _ in result.seconds:
+        settled = await settle_latency(url, stream, group, rate, latency_events)
+        result.paced.append(settled.latencies_ms)
+        cpu.append(settled.instrument_cpu)
     result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
-    result.latency.latencies_ms = settled.latencies_ms
-    result.latency.instrument_cpu = settled.instrument_cpu
+    result.latency.instrument_cpu = statistics.median(cpu)
     if same_rate:
-        result.steady = await steady_run(
-            url, stream, group, same_rate, latency_events, consumer_pid
-        )
+        for _ in result.seconds:
+            result.steady.append(
+                await steady_run(url, stream, group, same_rate, latency_events, consumer_pid)
+            )
 
 
 # --- (a) the raw loop ------------------------------------------------------------------
@@ -180,7 +209,7 @@ def raw_consumer(url: str, stream: str, group: str, mode: str, times: str) -> No
                     acked.append((entry_id, time.monotonic()))
 
 
-async def raw_phase(url: str, events: int, latency_events: int, mode: str) -> Result:
+async def raw_phase(url: str, events: int, latency_events: int, runs: int, mode: str) -> Result:
     stream, group = f"bench-raw-{secrets.token_hex(4)}", "raw"
     client = Redis.from_url(url, decode_responses=True)
     await client.xgroup_create(stream, group, id="0", mkstream=True)
@@ -192,16 +221,19 @@ async def raw_phase(url: str, events: int, latency_events: int, mode: str) -> Re
     )
     label = "raw, XACK per event" if mode == "each" else "raw, XACK per batch"
     try:
-        result = await burst(label, client, stream, group, events)
+        result = await bursts(label, client, stream, group, events, runs)
         rate = result.rate / 2
-        paced = await paced_adds(url, stream, rate, latency_events)
-        await wait_acked(client, stream, group, list(paced.sent)[-1], 300)
+        result.paced_events = latency_events
+        paced = []
+        for _ in range(runs):
+            paced.append(await paced_adds(url, stream, rate, latency_events))
+            await wait_acked(client, stream, group, list(paced[-1].sent)[-1], 300)
         result.latency = await monitored_round_trips(url, stream, group, rate, MONITORED_EVENTS)
         consumer.terminate()
         await consumer.wait()
         acked = dict(_stamp(line) for line in times.read_text().splitlines())
-        result.latency.latencies_ms = latencies(paced.sent, acked)
-        result.latency.instrument_cpu = paced.cpu_share
+        result.paced = [latencies(run.sent, acked) for run in paced]
+        result.latency.instrument_cpu = statistics.median(run.cpu_share for run in paced)
     finally:
         if consumer.returncode is None:
             consumer.kill()
@@ -224,6 +256,7 @@ async def floor_phase(
     url: str,
     events: int,
     latency_events: int,
+    runs: int,
     containers: int,
     same_rate: float | None = None,
     *,
@@ -247,7 +280,7 @@ async def floor_phase(
             last = await add_burst(client, stream, 400)
             await wait_acked(client, stream, group, last, 120, lambda: consumer.returncode is None)
         label = "lean protocols" if lean else "adapters only"
-        result = await burst(label, client, stream, group, events)
+        result = await bursts(label, client, stream, group, events, runs)
         await settled_at_half_rate(
             result, url, stream, group, latency_events, same_rate, consumer.pid
         )
@@ -267,6 +300,7 @@ async def relay_phase(
     url: str,
     events: int,
     latency_events: int,
+    runs: int,
     build_timeout: float,
     same_rate: float | None = None,
 ) -> Result:
@@ -287,7 +321,9 @@ async def relay_phase(
         try:
             print(f"relay: starting the worker and building {function} (first build is slow)")
             await warm_up(client, stream, group, worker, build_timeout)
-            result = await burst("relay end to end", client, stream, group, events, worker.alive)
+            result = await bursts(
+                "relay end to end", client, stream, group, events, runs, worker.alive
+            )
             await settled_at_half_rate(
                 result, url, stream, group, latency_events, same_rate, worker.proc.pid
             )
@@ -306,54 +342,87 @@ async def relay_phase(
 # --- report ---------------------------------------------------------------------------------
 
 
+def _median_of(runs: list[list[float]], q: float) -> float:
+    """The median over runs of each run's ``q`` percentile."""
+    values = [percentile(run, q) for run in runs if run]
+    return statistics.median(values) if values else float("nan")
+
+
 def report(results: list[Result]) -> None:
     base = results[0]
+    runs = len(base.seconds)
     print()
     header = f"{'':22} {'events/s':>9} {'x raw':>6} {'cmds/ev':>8} {'rt/ev':>6} "
     header += f"{'p50 ms':>7} {'p99 ms':>7} {'at ev/s':>8}"
     print(header)
     for r in results:
         lat = r.latency
-        p50 = percentile(lat.latencies_ms, 0.5) if lat and lat.latencies_ms else float("nan")
-        p99 = percentile(lat.latencies_ms, 0.99) if lat and lat.latencies_ms else float("nan")
         rt = lat.round_trips / lat.events if lat and lat.events else float("nan")
         print(
             f"{r.label:22} {r.rate:9.0f} {r.rate / base.rate:6.2f} {r.commands_per_event:8.2f} "
-            f"{rt:6.2f} {p50:7.2f} {p99:7.2f} {r.rate / 2:8.0f}"
+            f"{rt:6.2f} {_median_of(r.paced, 0.5):7.2f} {_median_of(r.paced, 0.99):7.2f} "
+            f"{r.rate / 2:8.0f}"
         )
     print()
+    print(f"events/s, p50, p99: medians of {runs} run(s) each (--runs); every run below")
     print("cmds/ev: INFO commandstats delta per event (incl. commands inside Lua scripts)")
     print("rt/ev:   top-level commands per event seen by MONITOR at half rate (round trips)")
     print("p50/p99: XADD sent -> XACK known to a client, at half rate, without MONITOR")
+    for r in results:
+        rates = " ".join(f"{rate:.0f}" for rate in r.rates)
+        p99s = " ".join(f"{percentile(run, 0.99):.2f}" for run in r.paced if run)
+        print(f"  {r.label}: events/s {rates}; p99 ms {p99s}")
     shares = ", ".join(
         f"{r.label} {r.latency.instrument_cpu * 100:.0f}%" for r in results if r.latency
     )
     print(f"  the producer and probe's own CPU then, as a share of one core: {shares}")
     for r in results:
         top = sorted(r.commands.items(), key=lambda kv: -kv[1])
-        breakdown = ", ".join(f"{name}={calls / r.events:.2f}" for name, calls in top[:10])
+        handled = r.events * len(r.seconds)
+        breakdown = ", ".join(f"{name}={calls / handled:.2f}" for name, calls in top[:10])
         print(f"  {r.label}: {breakdown}")
-        if r.latency and len(r.latency.latencies_ms) < r.latency.events:
+        measured = sum(len(run) for run in r.paced)
+        if r.paced and measured < r.paced_events * len(r.paced):
             print(
-                f"  {r.label}: latency measured for {len(r.latency.latencies_ms)} of "
-                f"{r.latency.events} events"
+                f"  {r.label}: latency measured for {measured} of "
+                f"{r.paced_events * len(r.paced)} events"
             )
     report_steady(results)
 
 
 def report_steady(results: list[Result]) -> None:
-    steady = [(r.label, r.steady) for r in results if r.steady is not None]
+    steady = [(r.label, r.steady) for r in results if r.steady]
     if not steady:
         return
     print()
-    print(f"{'at one rate for all':22} {'p50 ms':>7} {'p99 ms':>7} {'consumer us/ev':>15} "
-          f"{'redis us/ev':>12}")
-    for label, run in steady:
-        lat = run.latencies_ms
-        p50 = percentile(lat, 0.5) if lat else float("nan")
-        p99 = percentile(lat, 0.99) if lat else float("nan")
-        print(f"{label:22} {p50:7.2f} {p99:7.2f} {run.consumer_us:15.0f} {run.redis_us:12.0f}")
-    print("consumer/redis us/ev: CPU time of the consumer process and of Redis per event")
+    print(
+        f"{'at one rate for all':22} {'p50 ms':>7} {'p99 ms':>7} {'consumer us/ev':>15} "
+        f"{'redis us/ev':>12}"
+    )
+    for label, runs in steady:
+        lats = [run.latencies_ms for run in runs]
+        consumer = statistics.median(run.consumer_us for run in runs)
+        server = statistics.median(run.redis_us for run in runs)
+        print(
+            f"{label:22} {_median_of(lats, 0.5):7.2f} {_median_of(lats, 0.99):7.2f} "
+            f"{consumer:15.0f} {server:12.0f}"
+        )
+    print("medians of the runs; consumer/redis us/ev: CPU time of the consumer process and")
+    print("of Redis per event")
+    for label, runs in steady:
+        p99s = " ".join(f"{percentile(run.latencies_ms, 0.99):.2f}" for run in runs)
+        cpu = " ".join(f"{run.consumer_us:.0f}" for run in runs)
+        print(f"  {label}: p99 ms {p99s}; consumer us/ev {cpu}")
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def main() -> None:
@@ -363,6 +432,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--latency-events", type=int, default=30_000)
+    parser.add_argument(
+        "--runs",
+        type=_at_least_one,
+        default=3,
+        help="bursts and paced runs per consumer; the table shows their medians",
+    )
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of a new one")
     parser.add_argument("--skip-relay", action="store_true", help="only the raw baselines")
     parser.add_argument("--build-timeout", type=float, default=600.0)
@@ -376,7 +451,7 @@ def main() -> None:
     args = parser.parse_args()
     with throwaway_redis(args.redis_url) as url:
         results = [
-            anyio.run(raw_phase, url, args.events, args.latency_events, mode)
+            anyio.run(raw_phase, url, args.events, args.latency_events, args.runs, mode)
             for mode in ("each", "batch")
         ]
         if not args.skip_relay:
@@ -387,6 +462,7 @@ def main() -> None:
                         url,
                         args.events,
                         args.latency_events,
+                        args.runs,
                         4,
                         args.same_rate,
                     )
@@ -397,6 +473,7 @@ def main() -> None:
                     url,
                     args.events,
                     args.latency_events,
+                    args.runs,
                     args.build_timeout,
                     args.same_rate,
                 )
