@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -635,6 +637,63 @@ def test_an_unwritable_dlq_keeps_the_message_pending_then_routes_it_without_reru
         WINDOW_S,
         "the handler ran again",
     )
+
+
+def test_an_ack_refused_after_the_dlq_write_is_retried_without_a_second_entry(
+    relay_worker: WorkerFactory,
+    ledger: Ledger,
+    sync_redis: redis.Redis,
+    worker_env: dict[str, str],
+) -> None:
+    """Row 11: the settling script writes the DLQ entry and its ``:dlq`` marker, then
+    its XACK fails. Here a Redis ACL denies the worker's user XACK only, so the
+    script stops at exactly that step (a script's earlier writes stay). Every
+    later delivery finds the entry written and only retries the XACK: no second
+    entry, no second run. Once XACK is allowed, the next pass acknowledges."""
+    handler = "ft.marks.no_retry"
+    user, password = f"relay-{ledger.group}", secrets.token_hex(8)
+    sync_redis.acl_setuser(
+        user,
+        enabled=True,
+        passwords=[f"+{password}"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-xack"],
+    )
+    try:
+        parts = urlsplit(worker_env["REDIS_URI"])
+        uri = parts._replace(netloc=f"{user}:{password}@{parts.hostname}:{parts.port}")
+        worker = relay_worker(env={**FAST_RECOVERY, "REDIS_URI": urlunsplit(uri)})
+        message_id = ledger.add({"kind": "fail-no-retry"})
+        worker.wait_for(mark_pattern(message_id, "run"), timeout=30)
+        # the first settle (finish) and at least one redelivery (begin) are refused,
+        # and the log says by what
+        worker.wait_for(
+            rf"msg=ledger_unavailable .*message_id={message_id}.*can't run this command", count=2
+        )
+        holds(
+            lambda: (
+                message_id in ledger.pending()
+                and ledger.marker(message_id, handler) == "exhausted:1:dlq"
+                and len(ledger.dlq_of(message_id)) == 1
+            ),
+            WINDOW_S,
+            "the entry was not written before the refused XACK, or was written twice",
+        )
+
+        sync_redis.acl_setuser(user, enabled=True, commands=["+xack"])
+        wait_until(lambda: message_id not in ledger.pending(), 15, "the ack once XACK is allowed")
+        [entry] = ledger.dlq_of(message_id)
+        assert (entry["handler"], entry["handler_attempts"]) == (handler, "1")
+        holds(
+            lambda: (
+                len(marks(worker, message_id, "run")) == 1 and len(ledger.dlq_of(message_id)) == 1
+            ),
+            WINDOW_S,
+            "the handler ran again or a second entry was written",
+        )
+    finally:
+        sync_redis.acl_deluser(user)
 
 
 def test_malformed_and_oversized_events_are_dead_lettered_at_once(
