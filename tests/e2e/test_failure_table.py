@@ -37,7 +37,7 @@ from tests.e2e.failure_support import (
     running_deadline_s,
     write_function,
 )
-from tests.e2e.harness import wait_until
+from tests.e2e.harness import run_relay, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -680,6 +680,10 @@ def test_an_ack_refused_after_the_dlq_write_is_retried_without_a_second_entry(
             WINDOW_S,
             "the entry was not written before the refused XACK, or was written twice",
         )
+        trace = run_relay(["trace", message_id], worker.admin_env)
+        assert trace.returncode == 0, trace.stderr
+        assert "its DLQ entry is written" in trace.stdout
+        assert "every invocation is finished but the acknowledgment failed" in trace.stdout
 
         sync_redis.acl_setuser(user, enabled=True, commands=["+xack"])
         wait_until(lambda: message_id not in ledger.pending(), 15, "the ack once XACK is allowed")

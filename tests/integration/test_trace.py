@@ -88,3 +88,41 @@ def test_trace_of_an_unknown_message(
     bad = CliRunner().invoke(app, ["trace", "not-an-id"])
     assert bad.exit_code == 1
     assert "is not a stream message id" in bad.output
+
+
+def test_trace_says_when_only_the_acknowledgment_is_missing(
+    redis_url: str, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every matched function ran to an end (one completed, one dead-lettered) and
+    the message is still pending: the verdict names the failed acknowledgment.
+    With a matched function that has no invocation yet (still building), it
+    does not."""
+    stream, group = f"events-{unique}", f"relay-{unique}"
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    monkeypatch.setenv("REDIS_URI", redis_url)
+    monkeypatch.setenv("REDIS_STREAM", stream)
+    monkeypatch.setenv("REDIS_GROUP", group)
+    try:
+        client.xgroup_create(stream, group, id="0", mkstream=True)
+        message_id = str(client.xadd(stream, {"event": '{"kind": "x"}'}))
+        client.xreadgroup(group, "worker-1", {stream: ">"}, count=1)
+        ledger = invocation_key(stream, group, message_id)
+        client.hset(
+            ledger,
+            mapping={
+                "@class": "matched:users,audit",
+                "users/events.created.handler": "ok",
+                "audit/log.handler": "exhausted:1:dlq",
+            },
+        )
+        settled = CliRunner().invoke(app, ["trace", message_id])
+        client.hset(ledger, "@class", "matched:users,audit,billing")
+        building = CliRunner().invoke(app, ["trace", message_id])
+    finally:
+        client.close()
+    assert settled.exit_code == 0, settled.output
+    assert "Verdict:      every invocation is finished but the acknowledgment failed" in (
+        settled.stdout
+    )
+    assert building.exit_code == 0, building.output
+    assert "Verdict:      pending; the recovery loop will redeliver it" in building.stdout

@@ -184,7 +184,8 @@ def describe_marker(text: str, now_ms: int, claimed_at_ms: int | None = None) ->
         case Running(deadline_ms, attempt, token):
             left = deadline_ms - now_ms
             until = (
-                f"protected for {_ms(left)} more" if left > 0
+                f"protected for {_ms(left)} more"
+                if left > 0
                 else f"claim expired {_ms(-left)} ago (its worker died or stalled)"
             )
             age = ""
@@ -222,7 +223,25 @@ def verdict(facts: MessageFacts) -> str:  # noqa: PLR0911 - one answer per situa
         return "an attempt is running (or its worker died and the claim has not expired yet)"
     if any(isinstance(m, Exhausted) and not m.dead_lettered for m in markers):
         return "exhausted but the DLQ write has not succeeded yet; recovery retries it"
+    if _all_settled(facts.ledger, markers):
+        return (
+            "every invocation is finished but the acknowledgment failed (the worker's log says"
+            " ledger_unavailable); recovery redelivers it and it is acknowledged, nothing runs"
+            " again"
+        )
     return "pending; the recovery loop will redeliver it (idle entries are reclaimed every 1m)"
+
+
+def _all_settled(ledger: Mapping[str, str], markers: list[Any]) -> bool:
+    """Every matched function has an invocation and each one is completed or
+    dead-lettered: what gates the XACK is done, only the XACK is missing."""
+    matched = ledger.get("@class", "")
+    if not markers or not matched.startswith("matched:"):
+        return False
+    recorded = {name.split("/", 1)[0] for name in ledger if not name.startswith("@")}
+    if not set(matched.removeprefix("matched:").split(",")) <= recorded:
+        return False  # a function that never ran (still building) gates the message
+    return all(isinstance(m, Ok) or (isinstance(m, Exhausted) and m.dead_lettered) for m in markers)
 
 
 def _body(facts: MessageFacts) -> str:
