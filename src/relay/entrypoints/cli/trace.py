@@ -25,6 +25,7 @@ from relay.domain.errors import DependencyUnavailable, RelayError
 from relay.domain.invocation import (
     BackingOff,
     Exhausted,
+    Marker,
     Ok,
     Running,
     claimed_at_field,
@@ -232,7 +233,7 @@ def verdict(facts: MessageFacts) -> str:  # noqa: PLR0911 - one answer per situa
     return "pending; the recovery loop will redeliver it (idle entries are reclaimed every 1m)"
 
 
-def _all_settled(ledger: Mapping[str, str], markers: list[Any]) -> bool:
+def _all_settled(ledger: Mapping[str, str], markers: list[Marker | None]) -> bool:
     """Every matched function has an invocation and each one is completed or
     dead-lettered: what gates the XACK is done, only the XACK is missing."""
     matched = ledger.get("@class", "")
