@@ -14,15 +14,28 @@ from relay.entrypoints.cli import app
 pytestmark = pytest.mark.redis
 
 
+def _trace_env(monkeypatch: pytest.MonkeyPatch, redis_url: str, stream: str, group: str) -> None:
+    """What ``relay trace`` reads to find the stream and group."""
+    monkeypatch.setenv("REDIS_URI", redis_url)
+    monkeypatch.setenv("REDIS_STREAM", stream)
+    monkeypatch.setenv("REDIS_GROUP", group)
+
+
+def _delivered(client: redis.Redis, stream: str, group: str, body: str) -> str:
+    """A new group on ``stream`` and one message it delivered to ``worker-1`` (pending)."""
+    client.xgroup_create(stream, group, id="0", mkstream=True)
+    message_id = str(client.xadd(stream, {"event": body}))
+    client.xreadgroup(group, "worker-1", {stream: ">"}, count=1)
+    return message_id
+
+
 def test_trace_shows_a_retried_invocation_and_its_dead_letter(
     redis_url: str, unique: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stream, group = f"events-{unique}", f"relay-{unique}"
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        client.xgroup_create(stream, group, id="0", mkstream=True)
-        message_id = str(client.xadd(stream, {"event": '{"event_name": "INSERT"}'}))
-        client.xreadgroup(group, "worker-1", {stream: ">"}, count=1)
+        message_id = _delivered(client, stream, group, '{"event_name": "INSERT"}')
         now_ms = int(time.time() * 1000)
         ledger = invocation_key(stream, group, message_id)
         client.hset(
@@ -52,9 +65,7 @@ def test_trace_shows_a_retried_invocation_and_its_dead_letter(
             },
         )
         client.xadd(dlq_key(stream), {"original_id": "1-0", "function": "other"})
-        monkeypatch.setenv("REDIS_URI", redis_url)
-        monkeypatch.setenv("REDIS_STREAM", stream)
-        monkeypatch.setenv("REDIS_GROUP", group)
+        _trace_env(monkeypatch, redis_url, stream, group)
         result = CliRunner().invoke(app, ["trace", message_id])
     finally:
         client.close()
@@ -77,9 +88,7 @@ def test_trace_shows_a_retried_invocation_and_its_dead_letter(
 def test_trace_of_an_unknown_message(
     redis_url: str, unique: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("REDIS_URI", redis_url)
-    monkeypatch.setenv("REDIS_STREAM", f"events-{unique}")
-    monkeypatch.setenv("REDIS_GROUP", f"relay-{unique}")
+    _trace_env(monkeypatch, redis_url, f"events-{unique}", f"relay-{unique}")
     result = CliRunner().invoke(app, ["trace", "1-0"])
     assert result.exit_code == 0, result.output
     assert "Event:        gone" in result.stdout
@@ -99,13 +108,9 @@ def test_trace_says_when_only_the_acknowledgment_is_missing(
     does not."""
     stream, group = f"events-{unique}", f"relay-{unique}"
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    monkeypatch.setenv("REDIS_URI", redis_url)
-    monkeypatch.setenv("REDIS_STREAM", stream)
-    monkeypatch.setenv("REDIS_GROUP", group)
+    _trace_env(monkeypatch, redis_url, stream, group)
     try:
-        client.xgroup_create(stream, group, id="0", mkstream=True)
-        message_id = str(client.xadd(stream, {"event": '{"kind": "x"}'}))
-        client.xreadgroup(group, "worker-1", {stream: ">"}, count=1)
+        message_id = _delivered(client, stream, group, '{"kind": "x"}')
         ledger = invocation_key(stream, group, message_id)
         client.hset(
             ledger,
