@@ -13,13 +13,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from relay.adapters.metrics.series import CounterSeries, HistogramSeries
 from relay.domain.execution import ACQUIRE_COLD, ACQUIRE_WARM, PoolSnapshot
 from relay.domain.stats import GLOBAL_COUNTERS, StatsSnapshot
 
@@ -49,24 +49,23 @@ class Metrics:
         self._lock = threading.Lock()  # guards tombstones, restored baselines, Last*
         self._last: dict[str, dict[str, float]] = {}  # function -> Last* key -> epoch s
         self._removed: set[str] = set()
-        # Labelled children by (metric, label values): ``labels()`` takes a lock and
-        # builds a key on every call, several times per handled event. Dropped with
-        # the function's series, so a re-added function gets fresh children.
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._restored_discards: dict[str, int] = {}
-        self._globals = {key: Counter(key, _HELP[key], registry=r) for key in GLOBAL_COUNTERS}
+        # The series a handled event updates are plain-dict series (see .series).
+        self._globals = {
+            key: CounterSeries(key, _HELP[key], registry=r) for key in GLOBAL_COUNTERS
+        }
         self._per_function = {
-            key: Counter(name, f"Per function: {_HELP[key]}", ["function"], registry=r)
+            key: CounterSeries(name, f"Per function: {_HELP[key]}", ["function"], registry=r)
             for key, name in _FUNCTION_SERIES.items()
         }
-        self.handler_invocations = Counter(
+        self.handler_invocations = CounterSeries(
             "handler_invocations", "Handler executions by outcome.",
             ["outcome", "function", "handler"], registry=r,
         )
         self.build_failures = Counter(
             "build_failures", "Failed function image builds.", ["function"], registry=r
         )
-        self.handler_duration = Histogram(
+        self.handler_duration = HistogramSeries(
             "handler_duration_seconds", "Handler execution time.",
             ["function", "handler"], registry=r,
         )
@@ -91,7 +90,7 @@ class Metrics:
         self.schedule_failures = Counter(
             "schedule_publish_failures", "Occurrence publishes that failed.", registry=r
         )
-        self.acquires = Counter(
+        self.acquires = CounterSeries(
             "runtime_container_acquires", "Container leases: warm (reused) or cold (started).",
             ["function", "outcome"], registry=r,
         )
@@ -99,7 +98,7 @@ class Metrics:
             "runtime_container_discards", "Containers torn down instead of pooled, by cause.",
             ["function", "reason"], registry=r,
         )
-        self.acquire_duration = Histogram(
+        self.acquire_duration = HistogramSeries(
             "runtime_container_acquire_duration_seconds",
             "Successful container acquires, end to end including any wait.",
             ["function"], registry=r,
@@ -122,7 +121,7 @@ class Metrics:
             return
         self._globals["events_matched"].inc()
         for function in set(functions):
-            self._child(self._per_function["events_matched"], function).inc()
+            self._per_function["events_matched"].inc((function,))
             self._stamp(function, "last_matched_at")
 
     def invocation_finished(
@@ -131,18 +130,11 @@ class Metrics:
         key = "handler_success" if ok else "handler_failure"
         outcome = OUTCOME_SUCCESS if ok else OUTCOME_FAILURE
         self._globals[key].inc()
-        self._child(self._per_function[key], function).inc()
-        self._child(self.handler_invocations, outcome, function, handler).inc()
+        self._per_function[key].inc((function,))
+        self.handler_invocations.inc((outcome, function, handler))
         if duration_s is not None:
-            self._child(self.handler_duration, function, handler).observe(duration_s)
+            self.handler_duration.observe((function, handler), duration_s)
         self._stamp(function, "last_success_at" if ok else "last_failure_at")
-
-    def _child(self, metric: MetricWrapperBase, *values: str) -> Any:
-        key = (id(metric), values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*values)
-        return child
 
     def handler_invoked(
         self, function: str, handler: str, *, ok: bool, duration_s: float
@@ -150,17 +142,17 @@ class Metrics:
         """A manual ``relay function invoke`` run: handler execution series only,
         never the delivery counters the stats persist."""
         outcome = OUTCOME_SUCCESS if ok else OUTCOME_FAILURE
-        self.handler_invocations.labels(outcome, function, handler).inc()
-        self.handler_duration.labels(function, handler).observe(duration_s)
+        self.handler_invocations.inc((outcome, function, handler))
+        self.handler_duration.observe((function, handler), duration_s)
 
     def retry_scheduled(self, function: str) -> None:
         self._globals["retries"].inc()
-        self._per_function["retries"].labels(function).inc()
+        self._per_function["retries"].inc((function,))
 
     def dead_lettered(self, function: str) -> None:
         self._globals["dlq_entries"].inc()
         if function != NO_FUNCTION:
-            self._per_function["dlq_entries"].labels(function).inc()
+            self._per_function["dlq_entries"].inc((function,))
             self._stamp(function, "last_dlq_at")
 
     def _stamp(self, function: str, key: str) -> None:
@@ -200,11 +192,12 @@ class Metrics:
         self._pools.source = source
 
     def container_acquired(self, function: str, outcome: str, wait_s: float) -> None:
-        with self._lock:
-            if function in self._removed:
-                return
-            self._child(self.acquires, function, outcome).inc()
-            self._child(self.acquire_duration, function).observe(wait_s)
+        # No lock: the event loop is the only writer of these series and of the
+        # tombstones, and a set lookup is one step.
+        if function in self._removed:
+            return
+        self.acquires.inc((function, outcome))
+        self.acquire_duration.observe((function,), wait_s)
 
     def container_discarded(self, function: str, reason: str) -> None:
         with self._lock:
@@ -229,19 +222,22 @@ class Metrics:
             self._restored_discards.pop(function, None)
             self._last.pop(function, None)
             by_function: list[MetricWrapperBase] = [
-                *self._per_function.values(), self.build_failures, self.build_duration,
-                self.handler_duration, self.acquires, self.discards, self.acquire_duration,
-                self.container_waits,
+                self.build_failures, self.build_duration, self.discards, self.container_waits,
             ]
             for metric in by_function:
                 _remove_matching(metric, function, position=0)
-            _remove_matching(self.handler_invocations, function, position=1)
-            self._children.clear()
+            series: list[CounterSeries | HistogramSeries] = [
+                *self._per_function.values(), self.handler_duration, self.acquires,
+                self.acquire_duration,
+            ]
+            for one in series:
+                one.remove_where(0, function)
+            self.handler_invocations.remove_where(1, function)
 
     # --- persistence ---------------------------------------------------------------
     def snapshot(self) -> StatsSnapshot:
         """The cumulative counters and backlog gauges now (before any reset baseline)."""
-        totals = {key: int(_value(counter)) for key, counter in self._globals.items()}
+        totals = {key: int(counter.value()) for key, counter in self._globals.items()}
         totals["pending_entries"] = int(_value(self.pending_entries))
         totals["oldest_pending_age_seconds"] = int(_value(self.pending_oldest_age))
         functions: dict[str, dict[str, int]] = {}
@@ -252,9 +248,9 @@ class Metrics:
             )
 
         for key, counter in self._per_function.items():
-            for labels, value in _labelled(counter):
+            for labels, value in counter.items():
                 add(labels[0], key, value)
-        for (function, outcome), value in _labelled(self.acquires):
+        for (function, outcome), value in self.acquires.items():
             add(function, "warm_acquires" if outcome == ACQUIRE_WARM else "cold_starts", value)
         with self._lock:
             restored = dict(self._restored_discards)
@@ -270,16 +266,16 @@ class Metrics:
         monotonic across restarts. Restored discards have no cause, so they are
         kept as a per-function baseline instead of a synthetic ``reason`` series."""
         for key, counter in self._globals.items():
-            _inc(counter, persisted.total(key))
+            _inc(counter, (), persisted.total(key))
         self.set_backlog(
             persisted.total("pending_entries"), persisted.total("oldest_pending_age_seconds")
         )
         for function in persisted.functions:
             values = persisted.function(function)
             for key, counter in self._per_function.items():
-                _inc(counter.labels(function), values[key])
-            _inc(self.acquires.labels(function, ACQUIRE_WARM), values["warm_acquires"])
-            _inc(self.acquires.labels(function, ACQUIRE_COLD), values["cold_starts"])
+                _inc(counter, (function,), values[key])
+            _inc(self.acquires, (function, ACQUIRE_WARM), values["warm_acquires"])
+            _inc(self.acquires, (function, ACQUIRE_COLD), values["cold_starts"])
             if values["discarded"]:
                 with self._lock:
                     self._restored_discards[function] = values["discarded"]
@@ -376,9 +372,9 @@ def _labelled(metric: Counter) -> list[tuple[tuple[str, ...], float]]:
     return out
 
 
-def _inc(counter: Counter, amount: int) -> None:
+def _inc(counter: CounterSeries, labels: tuple[str, ...], amount: int) -> None:
     if amount > 0:
-        counter.inc(amount)
+        counter.inc(labels, amount)
 
 
 def _remove_matching(metric: MetricWrapperBase, function: str, *, position: int) -> None:
