@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import cProfile
 import importlib
+import inspect
 import os
 import secrets
 import statistics
@@ -104,11 +105,16 @@ async def main(args: argparse.Namespace, image: str) -> None:
             # as in the worker: pool events go to the bus, and metrics count them
             bus = MessageBus({})
             subscribe(bus, Metrics())
+            # older runtimes published batches to the bus; newer ones notify it at once
+            params = inspect.signature(module.DockerContainerRuntime).parameters
+            wiring = (
+                {"publish": bus.publish} if "publish" in params else {"observer": bus.notify}
+            )
             runtime = module.DockerContainerRuntime(
                 docker,
                 hostname=f"bench-ab-{secrets.token_hex(3)}",
                 output=lambda _: None,
-                publish=bus.publish,
+                **wiring,
             )
             runtimes[name] = await stack.enter_async_context(runtime)
             runtime.activate("bench", image, "python3.14", args.tasks)

@@ -235,7 +235,7 @@ async def build_worker(
             idle_timeout_s=settings.warm_idle_timeout_ns / 1e9,
             output=output or _print_line,
             max_containers=settings.max_concurrency,
-            publish=bus.publish,
+            observer=bus.notify,
             direct_dir=_direct_dir(docker, paths.direct_dir),
         )
         builder = InstrumentedImageBuilder(DockerImageBuilder(docker), metrics)

@@ -7,7 +7,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -61,10 +61,6 @@ class Captured:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.events: list[DomainEvent] = []
-        self.published: list[DomainEvent] = []
-
-    async def publish(self, batch: Sequence[DomainEvent]) -> None:
-        self.published.extend(batch)
 
     def tagged(self, tag: str) -> list[dict[str, Any]]:
         """JSON payloads of output lines whose text starts with ``TAG ``."""
@@ -98,7 +94,6 @@ async def runtime_for(
             idle_timeout_s=idle_timeout_s,
             output=captured.lines.append,
             observer=captured.events.append,
-            publish=captured.publish,
             max_containers=max_containers,
             direct_dir=run_dir / "containers" if direct else None,
         ) as runtime:

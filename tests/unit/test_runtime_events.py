@@ -1,4 +1,4 @@
-"""When DockerContainerRuntime publishes its pool events, on fake attached containers.
+"""DockerContainerRuntime hands its pool events to the bus at once, on fake attached containers.
 
 The containers are real ``ExecutionContainer``s whose attach channel sits on a
 transport that answers in the next loop turn, or only when told to (a slow
@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 
 import anyio
 import pytest
 
 from relay.adapters.docker.attach import AttachChannel
 from relay.adapters.docker.containers import ContainerSpec, ExecutionContainer
-from relay.adapters.docker.runtime import FLUSH_BATCH, DockerContainerRuntime
-from relay.domain.events import ContainerAcquired
+from relay.adapters.docker.runtime import DockerContainerRuntime
+from relay.application.bus import MessageBus
+from relay.domain.events import ContainerAcquired, ContainerDiscarded
 from relay.domain.execution import InvocationRequest
 from relay.domain.messages import DomainEvent
 from tests.unit.attach_frames import answer, mux
@@ -74,30 +74,20 @@ class AttachStream:
         return None
 
 
-class Published:
-    def __init__(self) -> None:
-        self.batches: list[list[DomainEvent]] = []
-
-    async def __call__(self, batch: Sequence[DomainEvent]) -> None:
-        self.batches.append(list(batch))
-
-    @property
-    def events(self) -> list[DomainEvent]:
-        return [event for batch in self.batches for event in batch]
-
-
 def warm_runtime(
-    containers: int, flush_after_s: float = 3600.0
-) -> tuple[DockerContainerRuntime, list[DomainEvent], Published, list[AnsweringTransport]]:
-    observed: list[DomainEvent] = []
-    published = Published()
+    containers: int,
+) -> tuple[DockerContainerRuntime, list[DomainEvent], list[AnsweringTransport]]:
+    """A runtime whose pool events go to a bus, as the worker wires it; returns
+    what the bus's subscribers saw."""
+    seen: list[DomainEvent] = []
+    bus = MessageBus({})
+    for kind in (ContainerAcquired, ContainerDiscarded):
+        bus.subscribe(kind, seen.append)
     runtime = DockerContainerRuntime(
         None,  # type: ignore[arg-type]  # no engine: every container is already warm
         hostname="h",
         output=lambda _: None,
-        observer=observed.append,
-        publish=published,
-        flush_after_s=flush_after_s,
+        observer=bus.notify,
     )
     runtime.activate(FN, "img", "python3.14", containers)
     pool = runtime._pools[FN]  # reach in: hand the pool its warm containers
@@ -115,55 +105,36 @@ def warm_runtime(
             )
         )
         transports.append(transport)
-    return runtime, observed, published, transports
+    return runtime, seen, transports
 
 
-async def test_a_lone_invocation_publishes_its_events_before_it_returns() -> None:
-    runtime, observed, published, _ = warm_runtime(1)
+async def test_a_lone_invocation_s_events_reach_the_bus_before_it_returns() -> None:
+    runtime, seen, _ = warm_runtime(1)
     for count in (1, 2, 3):
         assert (await runtime.invoke(REQUEST)).ok
-        assert len(observed) == count
-        assert published.events == observed
+        assert len(seen) == count
+    assert all(isinstance(event, ContainerAcquired) for event in seen)
 
 
-async def test_under_load_events_wait_for_a_full_batch_then_go_in_order() -> None:
-    runtime, observed, published, transports = warm_runtime(2)
+async def test_events_reach_the_bus_at_once_while_another_invocation_runs() -> None:
+    runtime, seen, transports = warm_runtime(2)
     slow = transports[-1]  # the most recently released container is leased first
     slow.hold = True
     async with anyio.create_task_group() as tg:
         tg.start_soon(runtime.invoke, REQUEST)
         await anyio.wait_all_tasks_blocked()  # the slow one is in flight
-        for _ in range(FLUSH_BATCH - 2):
+        assert len(seen) == 1
+        for count in (2, 3, 4):
             assert (await runtime.invoke(REQUEST)).ok
-        assert published.batches == []  # one short of a batch, and no time bound here
-        assert (await runtime.invoke(REQUEST)).ok
-        assert published.events == observed
-        assert len(observed) == FLUSH_BATCH
+            assert len(seen) == count  # not held back until the slow one ends
         slow.release()
-    assert published.events == observed
-    assert all(isinstance(event, ContainerAcquired) for event in observed)
+    assert all(isinstance(event, ContainerAcquired) for event in seen)
 
 
-async def test_under_load_the_time_bound_publishes_without_a_full_batch() -> None:
-    runtime, observed, published, transports = warm_runtime(2, flush_after_s=0.0)
-    transports[-1].hold = True
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(runtime.invoke, REQUEST)
-        await anyio.wait_all_tasks_blocked()
-        assert (await runtime.invoke(REQUEST)).ok
-        assert published.events == observed  # published although the slow one still runs
-        transports[-1].release()
-
-
-async def test_close_publishes_what_is_left() -> None:
-    runtime, observed, published, transports = warm_runtime(2)
-    transports[-1].hold = True
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(runtime.invoke, REQUEST)
-        await anyio.wait_all_tasks_blocked()
-        assert (await runtime.invoke(REQUEST)).ok
-        assert published.batches == []
-        transports[-1].release()
-    await runtime.aclose()  # idle containers are discarded (shutdown) and published too
-    assert published.events == observed
-    assert [type(event).__name__ for event in observed[-2:]] == ["ContainerDiscarded"] * 2
+async def test_close_hands_over_the_discarded_idle_containers() -> None:
+    runtime, seen, _ = warm_runtime(2)
+    assert (await runtime.invoke(REQUEST)).ok
+    await runtime.aclose()  # idle containers are discarded (shutdown)
+    assert [type(event).__name__ for event in seen] == [
+        "ContainerAcquired", "ContainerDiscarded", "ContainerDiscarded",
+    ]

@@ -74,6 +74,22 @@ class MessageBus:
         await self.publish(outcome.events)
         return outcome.result
 
+    def notify(self, event: DomainEvent) -> None:
+        """Hand ``event`` to its subscribers now, from synchronous code (an adapter's
+        callback, e.g. the runtime's pool events). Such events can only have
+        synchronous subscribers: an async one is a wiring bug, logged and skipped."""
+        for subscriber in self._subscribers.get(type(event), ()):
+            try:
+                maybe = subscriber(event)
+            except Exception:  # noqa: BLE001 - observers must never break the caller
+                _log.exception("subscriber_failed", event_type=type(event).__name__)
+                continue
+            if maybe is not None and inspect.isawaitable(maybe):
+                close = getattr(maybe, "close", None)
+                if close is not None:
+                    close()  # never awaited: no "coroutine was never awaited" warning
+                _log.error("subscriber_not_synchronous", event_type=type(event).__name__)
+
     async def publish(self, events: Iterable[DomainEvent]) -> None:
         for event in events:
             for subscriber in self._subscribers.get(type(event), ()):

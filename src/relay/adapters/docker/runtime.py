@@ -3,20 +3,18 @@
 Use it as an async context manager (``async with runtime:``): that runs the
 housekeeping task (idle eviction, removal of containers discarded outside an
 invocation). Pool events (``ContainerAcquired``, ``ContainerDiscarded``,
-``ContainerWaited`` from ``relay.domain.events``) go to ``observer`` (a sync
-callable, called at once) and/or ``publish`` (an async callable taking a batch,
-e.g. ``MessageBus.publish``). Published batches keep the events' order and
-values; a batch is awaited when an invocation ends and no other is in flight
-(so a lone invocation's events are published before it returns), under load
-once ``FLUSH_BATCH`` events wait or the oldest waited ``flush_after_s``, and at
-each housekeeping pass and at close. Live gauges come from :meth:`snapshot`.
+``ContainerWaited`` from ``relay.domain.events``) go to ``observer``, a sync
+callable called at once, in order (the worker passes ``MessageBus.notify``).
+An awaited publish per invocation cost a cancel scope and a bus pass per
+handled event when events come one at a time; batching them held metrics back.
+Live gauges come from :meth:`snapshot`.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
@@ -58,12 +56,6 @@ log = structlog.get_logger(__name__)
 # A container that cannot be created, attached and started in this long is
 # treated as an engine failure (the handler never ran).
 START_TIMEOUT_S = 60.0
-# Pool events are published in batches: when an invocation ends and none is in
-# flight any more, or once this many are waiting, or the oldest has waited this
-# long (else by the next housekeeping pass). Publishing after every invocation
-# cost more than the rest of Relay's warm path.
-FLUSH_BATCH = 64
-FLUSH_AFTER_S = 0.25
 
 
 def _stdout_line(line: str) -> None:
@@ -94,9 +86,7 @@ class DockerContainerRuntime:
         idle_timeout_s: float = 300.0,
         output: Callable[[str], None] | None = None,
         observer: Observer | None = None,
-        publish: Callable[[Sequence[DomainEvent]], Awaitable[None]] | None = None,
         max_containers: int | None = None,
-        flush_after_s: float = FLUSH_AFTER_S,
         direct_dir: Path | None = None,
     ) -> None:
         self._docker = docker
@@ -109,14 +99,9 @@ class DockerContainerRuntime:
         self._sweep_interval = min(max(idle_timeout_s / 4, 0.05), 5.0)
         self._output = output or _stdout_line
         self._observer = observer or _ignore
-        self._publish = publish
         # worker-global bound on execution containers (set it >= MAX_CONCURRENCY:
         # then an idle one can always be retired when the bound is reached)
         self._max_containers = max_containers
-        self._events: list[DomainEvent] = []  # observed, not yet published
-        self._events_since = 0.0  # when the oldest of them was observed
-        self._flush_after_s = flush_after_s
-        self._in_flight = 0  # invocations between their start and their result
         self._pools: dict[str, FunctionPool] = {}
         self._pending: list[ExecutionContainer] = []  # discarded, still to remove
         self._wake_housekeeping = anyio.Event()
@@ -148,7 +133,6 @@ class DockerContainerRuntime:
         for pool in self._pools.values():
             self._pending += pool.close()  # type: ignore[arg-type]
         await self._remove_pending()
-        await self._flush_events()
 
     # --- the port -----------------------------------------------------------------------
     def activate(self, function: str, image: str, runtime: str, capacity: int) -> None:
@@ -159,7 +143,7 @@ class DockerContainerRuntime:
                 image=image,
                 runtime=runtime,
                 capacity=max(1, capacity),
-                observe=self._observe,
+                observe=self._observer,
             )
             return
         self._dispose(pool.activate(image, runtime, capacity))
@@ -185,20 +169,6 @@ class DockerContainerRuntime:
         pool = self._pools.get(request.function)
         if pool is None or pool.removed or self._closed:
             raise RuntimeUnavailable(f'function "{request.function}" is not active')
-        self._in_flight += 1
-        try:
-            result = await self._invoke(pool, request)
-        finally:
-            self._in_flight -= 1
-        if self._events and (
-            self._in_flight == 0
-            or len(self._events) >= FLUSH_BATCH
-            or time.monotonic() - self._events_since >= self._flush_after_s
-        ):
-            await self._flush_events()
-        return result
-
-    async def _invoke(self, pool: FunctionPool, request: InvocationRequest) -> InvocationResult:
         self._dispose(pool.evict_idle(self._idle_timeout_s, time.monotonic()))
         if self._task_group is None:
             await self._remove_pending()
@@ -272,20 +242,6 @@ class DockerContainerRuntime:
         return container
 
     # --- internals ------------------------------------------------------------------------
-    def _observe(self, event: DomainEvent) -> None:
-        self._observer(event)
-        if self._publish is not None:
-            if not self._events:
-                self._events_since = time.monotonic()
-            self._events.append(event)
-
-    async def _flush_events(self) -> None:
-        if self._publish is None or not self._events:
-            return
-        batch, self._events = self._events, []
-        with anyio.CancelScope(shield=True):
-            await self._publish(batch)
-
     async def _lease(self, pool: FunctionPool) -> ExecutionContainer:
         begun = time.monotonic()
         leased = await pool.lease()
@@ -359,7 +315,6 @@ class DockerContainerRuntime:
                 if pool.removed and pool.drained():
                     self._pools.pop(name, None)
             await self._remove_pending()
-            await self._flush_events()
 
 
 __all__ = ["DockerContainerRuntime", "sweep_orphans", "verify_networks"]
