@@ -254,7 +254,9 @@ async def build_worker(
             clock=clock,
             tokens=RandomTokenSource(),
             stream=stream,
-            ledger=RedisInvocationLedger(redis),
+            ledger=RedisInvocationLedger(
+                redis, acked_ttl_s=settings.ledger_retention_ns // 10**9
+            ),
             dead_letters=RedisDeadLetterReader(redis, settings.redis.stream),
             stats=stats,
             max_event_bytes=settings.max_event_bytes,

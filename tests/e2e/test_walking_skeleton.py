@@ -10,6 +10,7 @@ import docker
 import pytest
 import redis
 
+from relay.adapters.redis.keys import invocation_key
 from tests.e2e.conftest import WorkerFactory
 from tests.e2e.harness import EXAMPLES, copy_function, run_relay, send_event, text, wait_until
 
@@ -68,6 +69,24 @@ def test_example_event_runs_its_handler_and_is_acknowledged(
     wait_until(lambda: not pending_ids(client, stream, group), 30, "the message to be acked")
     info = client.xinfo_groups(stream)[0]
     assert text(info["last-delivered-id"]) == message_id
+    assert worker.stop() == 0
+
+
+def test_ledger_retention_sets_how_long_a_finished_message_keeps_its_ledger(
+    relay_worker: WorkerFactory,
+    functions_dir: Path,
+    worker_env: dict[str, str],
+    sync_redis: redis.Redis,
+) -> None:
+    copy_function(EXAMPLES / "user-events-python", functions_dir)
+    worker = relay_worker(env={"LEDGER_RETENTION": "2h"})
+    stream, group = worker_env["REDIS_STREAM"], worker_env["REDIS_GROUP"]
+
+    message_id = send_event(sync_redis, stream, EXAMPLE_EVENT)
+
+    wait_until(lambda: not pending_ids(sync_redis, stream, group), 60, "the message to be acked")
+    ttl = sync_redis.ttl(invocation_key(stream, group, message_id))
+    assert 3600 < ttl <= 7200  # the default would be 48 h
     assert worker.stop() == 0
 
 

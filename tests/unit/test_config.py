@@ -149,6 +149,18 @@ def test_empty_duration_means_default(var: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "ns"), [("", 48 * HOUR), ("12h", 12 * HOUR), ("1h", HOUR), ("90m", 90 * MINUTE)]
+)
+def test_ledger_retention_accepted(value: str, ns: int) -> None:
+    assert load_settings({**BASE, "LEDGER_RETENTION": value}).ledger_retention_ns == ns
+
+
+@pytest.mark.parametrize("value", ["59m", "30s", "0", "0h", "-2h", "48", "two days"])
+def test_ledger_retention_rejected(value: str) -> None:
+    assert "a Go duration of at least 1h" in rejects("LEDGER_RETENTION", value)
+
+
+@pytest.mark.parametrize(
     ("value", "level"),
     [("DEBUG", "DEBUG"), ("info", "INFO"), (" Warn ", "WARN"), ("error", "ERROR"), ("", "INFO")],
 )

@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from relay.domain.durations import MINUTE, DurationError, parse_duration
+from relay.domain.durations import HOUR, MINUTE, DurationError, parse_duration
 from relay.domain.errors import ConfigError
 
 T = TypeVar("T")
+
+DEFAULT_LEDGER_RETENTION_NS = 48 * HOUR
+MIN_LEDGER_RETENTION_NS = HOUR
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
 KIB = 1024
@@ -102,6 +105,7 @@ class Settings:
 
     redis: RedisSettings
     stream_retention_ns: int | None = None
+    ledger_retention_ns: int = DEFAULT_LEDGER_RETENTION_NS
     metrics_addr: ListenAddress | None = None
     git_webhook_addr: ListenAddress | None = None
     log_level: str = "INFO"
@@ -154,6 +158,12 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         redis=_redis(c, need_stream=True, need_group=True),
         stream_retention_ns=c.parse(
             "REDIS_STREAM_RETENTION", positive_duration, None, "a positive Go duration such as 6h"
+        ),
+        ledger_retention_ns=c.parse(
+            "LEDGER_RETENTION",
+            parse_ledger_retention,
+            DEFAULT_LEDGER_RETENTION_NS,
+            "a Go duration of at least 1h, such as 12h",
         ),
         metrics_addr=c.parse("METRICS_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
         git_webhook_addr=c.parse("GIT_WEBHOOK_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
@@ -287,6 +297,16 @@ def positive_duration(value: str) -> int:
     except DurationError:
         raise ValueError(value) from None
     if ns <= 0:
+        raise ValueError(value)
+    return ns
+
+
+def parse_ledger_retention(value: str) -> int:
+    """How long an acknowledged message's ledger hash is kept: at least an hour,
+    the most a delivery that raced the acknowledgment can take to present itself
+    (its claim then finds every invocation done instead of running it again)."""
+    ns = positive_duration(value)
+    if ns < MIN_LEDGER_RETENTION_NS:
         raise ValueError(value)
     return ns
 

@@ -11,7 +11,8 @@ costs two ledger round trips (plus its share of one batched ``XREADGROUP``):
 - ``malformed``: one placeholder DLQ entry per message (``@dlq``), then XACK.
 
 Settling writes every missing DLQ entry together with its ``:dlq`` marker, then
-XACKs and gives the hash a 48 h TTL; a failed DLQ write leaves the message pending.
+XACKs and gives the hash a TTL (``LEDGER_RETENTION``, 48 h by default); a failed DLQ
+write leaves the message pending.
 """
 
 from __future__ import annotations
