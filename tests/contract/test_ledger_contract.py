@@ -118,6 +118,19 @@ async def test_success_acknowledges_and_keeps_the_ledger_48h(harness: Harness) -
     assert m.id not in await harness.pending()
 
 
+async def test_a_delivery_that_raced_the_acknowledgment_runs_nothing(harness: Harness) -> None:
+    # Another worker read the message before it was acknowledged (recovery) and
+    # begins only now: the kept ledger says every invocation is done.
+    m = await harness.deliver()
+    await begin(harness, m.id, "t1")
+    assert (await finish(harness, m.id, "t1", (report(A, 1, Complete()),))).acknowledged
+    late = await begin(harness, m.id, "t2")
+    assert [s.status for s in late.statuses] == ["ok"]
+    assert not late.newly_classified
+    assert late.settlement.acknowledged
+    assert (await harness.hash(m.id))[A] == "ok"
+
+
 async def test_a_stale_token_is_rejected(harness: Harness) -> None:
     m = await harness.deliver()
     await begin(harness, m.id, "old")
