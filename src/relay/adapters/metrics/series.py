@@ -19,43 +19,50 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from typing import Generic, TypeVar
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 Labels = tuple[str, ...]
-
-DEFAULT_BUCKETS = (
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, math.inf,
-)
+V = TypeVar("V")
 
 
-class _Series(Collector):
+class _Series(Collector, Generic[V]):
+    """A family's label values -> value (``V``), with when each was first seen."""
+
     def __init__(
         self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry
     ) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self.values: dict[Labels, V] = {}
         self._created: dict[Labels, float] = {}
         registry.register(self)
 
     def describe(self) -> Iterable[Metric]:
         return ()
 
+    def _add(self, labels: Labels, value: V) -> V:
+        """A series seen for the first time: check its labels, stamp ``_created``."""
+        if len(labels) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {labels}")
+        self._created[labels] = time.time()
+        self.values[labels] = value
+        return value
+
     def remove_where(self, position: int, value: str) -> None:
         """Delete every series whose label at ``position`` is ``value``."""
         for labels in [k for k in self._created if len(k) > position and k[position] == value]:
-            self._forget(labels)
-
-    def _forget(self, labels: Labels) -> None:
-        raise NotImplementedError
+            self.values.pop(labels, None)
+            self._created.pop(labels, None)
 
 
-class CounterSeries(_Series):
+class CounterSeries(_Series[float]):
     """A counter family: label values -> count. An unlabelled one starts at zero."""
 
     def __init__(
@@ -67,7 +74,6 @@ class CounterSeries(_Series):
         registry: CollectorRegistry,
     ) -> None:
         super().__init__(name, documentation, labelnames, registry)
-        self.values: dict[Labels, float] = {}
         if not self.labelnames:
             self.inc((), 0)
 
@@ -76,20 +82,13 @@ class CounterSeries(_Series):
         if labels in values:
             values[labels] += amount
         else:
-            if len(labels) != len(self.labelnames):
-                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {labels}")
-            self._created[labels] = time.time()
-            values[labels] = amount
+            self._add(labels, amount)
 
     def value(self, labels: Labels = ()) -> float:
         return self.values.get(labels, 0.0)
 
     def items(self) -> list[tuple[Labels, float]]:
         return list(self.values.items())
-
-    def _forget(self, labels: Labels) -> None:
-        self.values.pop(labels, None)
-        self._created.pop(labels, None)
 
     def collect(self) -> Iterable[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
@@ -99,7 +98,7 @@ class CounterSeries(_Series):
         return (family,)
 
 
-class HistogramSeries(_Series):
+class HistogramSeries(_Series[list[float]]):
     """A histogram family: label values -> per-bucket counts, then the sum."""
 
     def __init__(
@@ -109,7 +108,7 @@ class HistogramSeries(_Series):
         labelnames: Sequence[str] = (),
         *,
         registry: CollectorRegistry,
-        buckets: Sequence[float] = DEFAULT_BUCKETS,
+        buckets: Sequence[float] = Histogram.DEFAULT_BUCKETS,
     ) -> None:
         super().__init__(name, documentation, labelnames, registry)
         bounds = sorted(float(b) for b in buckets)
@@ -117,21 +116,13 @@ class HistogramSeries(_Series):
             bounds.append(math.inf)
         self._bounds = tuple(bounds)
         self._le = tuple(floatToGoString(b) for b in bounds)  # type: ignore[no-untyped-call]
-        self.values: dict[Labels, list[float]] = {}
 
     def observe(self, labels: Labels, value: float) -> None:
         entry = self.values.get(labels)
         if entry is None:
-            if len(labels) != len(self.labelnames):
-                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {labels}")
-            self._created[labels] = time.time()
-            entry = self.values[labels] = [0.0] * (len(self._bounds) + 1)
+            entry = self._add(labels, [0.0] * (len(self._bounds) + 1))
         entry[bisect_left(self._bounds, value)] += 1
         entry[-1] += value
-
-    def _forget(self, labels: Labels) -> None:
-        self.values.pop(labels, None)
-        self._created.pop(labels, None)
 
     def collect(self) -> Iterable[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
