@@ -33,9 +33,18 @@ from typing import Final
 
 import msgspec
 
+from relay.domain.durations import HOUR, SECOND
+
 # Retry backoff after attempt 1, 2, 3, then capped (spec: 1m, 2m, 5m, 10m).
 BACKOFF_MS: Final = (60_000, 120_000, 300_000, 600_000)
 DEFAULT_RETRIES: Final = 4
+
+# How long an acknowledged message's ledger hash is kept (``LEDGER_RETENTION``):
+# ``relay trace`` can still explain it, and a copy that begins after the XACK finds
+# its invocations done. Never under an hour, the window such a copy needs.
+LEDGER_RETENTION_NS: Final = 48 * HOUR
+MIN_LEDGER_RETENTION_NS: Final = HOUR
+LEDGER_RETENTION_S: Final = LEDGER_RETENTION_NS // SECOND
 
 
 def backoff_ms(attempt: int) -> int:

@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from relay.domain.durations import HOUR, MINUTE, DurationError, parse_duration
+from relay.domain.durations import MINUTE, DurationError, parse_duration
 from relay.domain.errors import ConfigError
+from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
 
 T = TypeVar("T")
-
-DEFAULT_LEDGER_RETENTION_NS = 48 * HOUR
-MIN_LEDGER_RETENTION_NS = HOUR
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
 KIB = 1024
@@ -105,7 +103,7 @@ class Settings:
 
     redis: RedisSettings
     stream_retention_ns: int | None = None
-    ledger_retention_ns: int = DEFAULT_LEDGER_RETENTION_NS
+    ledger_retention_ns: int = LEDGER_RETENTION_NS
     metrics_addr: ListenAddress | None = None
     git_webhook_addr: ListenAddress | None = None
     log_level: str = "INFO"
@@ -162,7 +160,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         ledger_retention_ns=c.parse(
             "LEDGER_RETENTION",
             parse_ledger_retention,
-            DEFAULT_LEDGER_RETENTION_NS,
+            LEDGER_RETENTION_NS,
             "a Go duration of at least 1h, such as 12h",
         ),
         metrics_addr=c.parse("METRICS_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
@@ -302,9 +300,7 @@ def positive_duration(value: str) -> int:
 
 
 def parse_ledger_retention(value: str) -> int:
-    """How long an acknowledged message's ledger hash is kept: at least an hour,
-    the most a delivery that raced the acknowledgment can take to present itself
-    (its claim then finds every invocation done instead of running it again)."""
+    """A duration of at least ``MIN_LEDGER_RETENTION_NS`` (why: relay.domain.invocation)."""
     ns = positive_duration(value)
     if ns < MIN_LEDGER_RETENTION_NS:
         raise ValueError(value)

@@ -26,7 +26,14 @@ from redis.asyncio import Redis
 from relay.adapters.redis.keys import dlq_key, invocation_key
 from relay.adapters.redis.scripts import LuaScript, ScriptChannel
 from relay.adapters.redis.takeover import dedicated_connection
-from relay.domain.invocation import Complete, Exhaust, Release, Retry, Transition
+from relay.domain.invocation import (
+    LEDGER_RETENTION_S,
+    Complete,
+    Exhaust,
+    Release,
+    Retry,
+    Transition,
+)
 from relay.domain.outcome import (
     BeginRequest,
     BeginResult,
@@ -38,7 +45,7 @@ from relay.domain.outcome import (
     Settlement,
 )
 
-ACKED_TTL_S: Final = 48 * 3600
+ACKED_TTL_S: Final = LEDGER_RETENTION_S
 
 
 def _text(value: Any) -> str:
