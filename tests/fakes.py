@@ -12,6 +12,8 @@ from pathlib import Path
 import anyio
 import anyio.lowlevel
 
+from relay.application.ports import StartGuard
+from relay.domain import ledger_rules
 from relay.domain.errors import BuildError, DependencyUnavailable
 from relay.domain.execution import (
     InvocationRequest,
@@ -21,45 +23,18 @@ from relay.domain.execution import (
     SecretNotFound,
 )
 from relay.domain.functions import BuildTemplate, FunctionImage
-from relay.domain.invocation import (
-    BackingOff,
-    Claim,
-    Done,
-    Exhaust,
-    Exhausted,
-    ExhaustNow,
-    Release,
-    Running,
-    Skip,
-    Terminal,
-    apply_transition,
-    claimed_at_field,
-    decide,
-    format_marker,
-    parse_marker,
-)
+from relay.domain.ledger_rules import DeadLetterWriteError
 from relay.domain.outcome import (
-    BACKOFF,
-    CLAIMED,
-    DONE,
-    EXHAUSTED,
-    RUNNING,
     BeginRequest,
     BeginResult,
-    ClaimRequest,
-    ClaimStatus,
-    DeadLettered,
     DeadLetterEntry,
-    DeadLetterFirst,
     FinishRequest,
-    KeepPending,
     MalformedRequest,
     MessageContext,
     Reclaimed,
+    RenewRequest,
     Settlement,
     StreamMessage,
-    exhaustion_reason,
-    message_outcome,
     split_field,
 )
 from relay.domain.stats import StatsSnapshot, zeroed
@@ -152,11 +127,15 @@ class InMemoryContainerRuntime:
 
     ``script`` maps ``"function/handler"`` to a ready ``InvocationResult`` or a
     callable ``(request) -> result`` (sync or async); unscripted handlers succeed.
-    ``requests`` records every invocation, ``active`` the (image, runtime,
-    capacity) per function, ``running``/``max_running`` concurrent invocations.
+    ``requests`` records every invocation that started, ``active`` the (image,
+    runtime, capacity) per function, ``running``/``max_running`` concurrent
+    invocations. ``start_delay_s[function]`` advances ``clock`` before the
+    start guard runs, as a slow container start would.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: FakeClock | None = None) -> None:
+        self.clock = clock
+        self.start_delay_s: dict[str, float] = {}
         self.script: dict[str, ScriptedOutcome] = {}
         self.requests: list[InvocationRequest] = []
         self.active: dict[str, tuple[str, str, int]] = {}
@@ -172,9 +151,16 @@ class InMemoryContainerRuntime:
         self.active.pop(function, None)
         self.removed.append(function)
 
-    async def invoke(self, request: InvocationRequest) -> InvocationResult:
+    async def invoke(
+        self, request: InvocationRequest, *, guard: StartGuard | None = None
+    ) -> InvocationResult:
         if request.function not in self.active or self.closed:
             raise RuntimeUnavailable(f'function "{request.function}" is not active')
+        start = self.start_delay_s.get(request.function, 0.0)
+        if start and self.clock is not None:
+            self.clock.advance(start)  # a slow container start, on the world's clock
+        if guard is not None:
+            await guard()
         self.requests.append(request)
         self.running += 1
         self.max_running = max(self.max_running, self.running)
@@ -437,11 +423,41 @@ class InMemoryEventStream:
             self.dropped.append(entry_id)
 
 
+class _MemoryEffects:
+    """The broker side of one in-memory ledger call: DLQ appends and the ACK."""
+
+    def __init__(self, ledger: InMemoryLedger, ctx: MessageContext) -> None:
+        self._ledger = ledger
+        self._ctx = ctx
+
+    def _append(self, entry: DeadLetterEntry) -> str:
+        try:
+            return self._ledger._dlq._append(entry)
+        except DependencyUnavailable as exc:
+            raise DeadLetterWriteError(str(exc)) from exc
+
+    def dead_letter(self, field: str, attempt: int, reason: str) -> str:
+        function, handler = split_field(field)
+        raw = self._ledger._stream.entries.get(self._ctx.message_id) or b""
+        event = raw.decode("utf-8", "replace")
+        return self._append(self._ledger._entry(self._ctx, event, reason, function, handler,
+                                                attempt))
+
+    def dead_letter_malformed(self, reason: str, event: str) -> str:
+        return self._append(self._ledger._entry(self._ctx, event, reason, "-", "-", 0))
+
+    def acknowledge(self) -> None:
+        self._ledger._stream.ack(self._ctx.message_id)
+        self._ledger.ttl[self._ctx.message_id] = self._ledger.retention_s
+
+
 class InMemoryLedger:
-    """``InvocationLedger`` with the Lua scripts' semantics, built on the domain's
-    pure functions. ``hashes[message_id]`` is the message's ledger hash, ``ttl``
-    the TTL set at the ACK; ``fail_next`` names calls (``begin``/``finish``/
-    ``malformed``) that raise as an outage would, once each."""
+    """``InvocationLedger`` in memory: every call is the domain's own rule
+    (:mod:`relay.domain.ledger_rules`) on a dict, so the unit tier tests the rules
+    production runs (the Lua scripts are proven equal to them). ``hashes[id]`` is
+    the message's ledger hash, ``ttl`` the TTL set at the ACK; ``fail_next`` names
+    calls (``begin``/``finish``/``malformed``/``renew``) that raise as an outage
+    would, once each; ``calls`` records every call."""
 
     def __init__(
         self, stream: InMemoryEventStream, dlq: InMemoryDeadLetterQueue, clock: FakeClock
@@ -451,6 +467,7 @@ class InMemoryLedger:
         self._clock = clock
         self.hashes: dict[str, dict[str, str]] = {}
         self.ttl: dict[str, int] = {}
+        self.retention_s = 48 * 3600
         self.fail_next: set[str] = set()
         self.calls: list[str] = []
 
@@ -465,107 +482,22 @@ class InMemoryLedger:
         return int(self._clock.now() * 1000)
 
     async def begin(self, request: BeginRequest) -> BeginResult:
-        ctx = request.context
-        h = self._call("begin", ctx.message_id)
-        newly = "@class" not in h
-        h.setdefault("@class", request.classification)
-        now = self._now_ms()
-        statuses: list[ClaimStatus] = []
-        for claim in request.claims:
-            previous = h.get(claim.field, "")
-            statuses.append(self._claim(h, claim, request.token, previous, now))
-        settlement = Settlement()
-        if not any(s.status == CLAIMED for s in statuses):
-            settlement = self._settle(h, ctx, request.gates, request.blocked)
-        return BeginResult(newly_classified=newly, statuses=tuple(statuses), settlement=settlement)
-
-    @staticmethod
-    def _claim(
-        h: dict[str, str], claim: ClaimRequest, token: str, previous: str, now: int
-    ) -> ClaimStatus:
-        decision = decide(parse_marker(previous), now, claim.max_attempts)
-        field = claim.field
-        match decision:
-            case Done():
-                return ClaimStatus(field=field, status=DONE)
-            case Terminal(attempt, _):
-                return ClaimStatus(field=field, status=EXHAUSTED, attempt=attempt)
-            case Skip(until_ms, running):
-                status = RUNNING if running else BACKOFF
-                marker = parse_marker(previous)
-                attempt = marker.attempt if isinstance(marker, Running | BackingOff) else 0
-                return ClaimStatus(field=field, status=status, attempt=attempt, until_ms=until_ms)
-            case ExhaustNow(attempt):
-                h[field] = format_marker(Exhausted(attempt))
-                h["@err:" + field] = exhaustion_reason(
-                    attempt, f"attempt {attempt} did not finish before its deadline"
-                )
-                return ClaimStatus(field=field, status=EXHAUSTED, attempt=attempt, newly=True)
-            case Claim(attempt):
-                until = now + claim.lease_ms
-                h[field] = format_marker(Running(until, attempt, token))
-                h[claimed_at_field(field)] = str(now)
-                return ClaimStatus(
-                    field=field, status=CLAIMED, attempt=attempt, until_ms=until, previous=previous
-                )
-        raise AssertionError(decision)
+        h = self._call("begin", request.context.message_id)
+        effects = _MemoryEffects(self, request.context)
+        return ledger_rules.begin(h, request, self._now_ms(), effects)
 
     async def finish(self, request: FinishRequest) -> Settlement:
-        ctx = request.context
-        h = self._call("finish", ctx.message_id)
-        now = self._now_ms()
-        rejected: list[str] = []
-        for report in request.reports:
-            current = parse_marker(h.get(report.field))
-            after, applied = apply_transition(
-                current, request.token, report.attempt, report.transition, now
-            )
-            if not applied:
-                rejected.append(report.field)
-                continue
-            if after is None:
-                h.pop(report.field, None)
-            else:
-                h[report.field] = format_marker(after)
-            if isinstance(report.transition, Release):  # unrun: no claim time either
-                h.pop(claimed_at_field(report.field), None)
-            if isinstance(report.transition, Exhaust):
-                h["@err:" + report.field] = report.error
-        settled = self._settle(h, ctx, request.gates, request.blocked)
-        return Settlement(
-            acknowledged=settled.acknowledged,
-            dead_lettered=settled.dead_lettered,
-            dlq_error=settled.dlq_error,
-            rejected=tuple(rejected),
-        )
+        h = self._call("finish", request.context.message_id)
+        effects = _MemoryEffects(self, request.context)
+        return ledger_rules.finish(h, request, self._now_ms(), effects)
 
-    def _settle(
-        self, h: dict[str, str], ctx: MessageContext, gates: Sequence[str], blocked: bool
-    ) -> Settlement:
-        outcome = message_outcome({g: parse_marker(h.get(g)) for g in gates}, blocked=blocked)
-        if isinstance(outcome, KeepPending):
-            return Settlement()
-        written: list[DeadLettered] = []
-        if isinstance(outcome, DeadLetterFirst):
-            event = (self._stream.entries.get(ctx.message_id) or b"").decode("utf-8", "replace")
-            for field in outcome.fields:
-                marker = parse_marker(h.get(field))
-                assert isinstance(marker, Exhausted)
-                function, handler = split_field(field)
-                reason = h.get("@err:" + field) or exhaustion_reason(marker.attempt, "")
-                entry = self._entry(ctx, event, reason, function, handler, marker.attempt)
-                try:
-                    entry_id = self._dlq._append(entry)
-                except DependencyUnavailable as exc:
-                    return Settlement(dead_lettered=tuple(written), dlq_error=str(exc))
-                h[field] = format_marker(Exhausted(marker.attempt, dead_lettered=True))
-                written.append(
-                    DeadLettered(
-                        field=field, attempt=marker.attempt, entry_id=entry_id, reason=reason
-                    )
-                )
-        self._ack(ctx.message_id)
-        return Settlement(acknowledged=True, dead_lettered=tuple(written))
+    async def renew(self, request: RenewRequest) -> int:
+        h = self._call("renew", request.context.message_id)
+        return ledger_rules.renew(h, request, self._now_ms())
+
+    async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
+        h = self._call("malformed", request.context.message_id)
+        return ledger_rules.dead_letter_malformed(h, request, _MemoryEffects(self, request.context))
 
     def _entry(
         self,
@@ -590,27 +522,6 @@ class InMemoryLedger:
             handler_attempts=attempts,
             timestamp=ctx.timestamp,
         )
-
-    def _ack(self, message_id: str) -> None:
-        self._stream.ack(message_id)
-        self.ttl[message_id] = 48 * 3600
-
-    async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
-        ctx = request.context
-        h = self._call("malformed", ctx.message_id)
-        written: tuple[DeadLettered, ...] = ()
-        if "@dlq" not in h:
-            entry = self._entry(ctx, request.event, request.reason, "-", "-", 0)
-            try:
-                entry_id = self._dlq._append(entry)
-            except DependencyUnavailable as exc:
-                return Settlement(dlq_error=str(exc))
-            h["@dlq"] = entry_id
-            written = (
-                DeadLettered(field="-", attempt=0, entry_id=entry_id, reason=request.reason),
-            )
-        self._ack(ctx.message_id)
-        return Settlement(acknowledged=True, dead_lettered=written)
 
 
 # --- stats (control plane) ------------------------------------------------------------

@@ -47,6 +47,7 @@ from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
 from relay.application.consumer import ConsumerLoop, MessageBuffer, RecoveryLoop
 from relay.application.control import ControlHandlers, StatsResetter, WorkerHealth
+from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher
 from relay.application.invoke import FunctionInvoker
 from relay.application.ports import (
@@ -144,8 +145,10 @@ def compose(
             tokens=tokens,
             max_event_bytes=max_event_bytes,
             slot_wait_s=slot_wait_s,
+            notify=bus.notify,
         ),
     )
+    subscribe_delivery_log(bus)
     invoker = FunctionInvoker(
         registry=registry, runtime=runtime, slots=slots, secrets=secrets, clock=clock
     )

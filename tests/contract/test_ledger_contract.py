@@ -59,9 +59,16 @@ async def finish(
     token: str,
     reports: tuple[AttemptReport, ...],
     gates: tuple[str, ...] = (A,),
+    released: tuple[str, ...] = (),
 ) -> Settlement:
     return await h.ledger.finish(
-        FinishRequest(context=h.ctx(message_id), token=token, reports=reports, gates=gates)
+        FinishRequest(
+            context=h.ctx(message_id),
+            token=token,
+            reports=reports,
+            gates=gates,
+            released=released,
+        )
     )
 
 
@@ -74,7 +81,7 @@ async def test_classification_is_recorded_once(harness: Harness) -> None:
     first = await begin(harness, m.id, "t1")
     second = await begin(harness, m.id, "t2", classification="unmatched")
     assert (first.newly_classified, second.newly_classified) == (True, False)
-    assert (await harness.hash(m.id))["@class"] == "matched:fn-a"
+    assert (await harness.hash(m.id))["@class"] == "matched:fn-a#t1"  # and the token that wrote it
 
 
 async def test_a_claim_protects_the_invocation_and_has_no_ttl(harness: Harness) -> None:
@@ -262,7 +269,7 @@ async def test_unmatched_is_acknowledged_at_once(harness: Harness) -> None:
     result = await begin(harness, m.id, "t1", (), classification="unmatched")
     assert result.newly_classified
     assert result.settlement.acknowledged
-    assert (await harness.hash(m.id))["@class"] == "unmatched"
+    assert (await harness.hash(m.id))["@class"] == "unmatched#t1"
     assert m.id not in await harness.pending()
 
 
@@ -278,9 +285,30 @@ async def test_a_building_function_keeps_the_message_pending(harness: Harness) -
 async def test_a_removed_rule_no_longer_gates_the_ack(harness: Harness) -> None:
     m = await harness.deliver()
     await harness.set_field(m.id, "gone/old.handler", "running:99999999999999#1#other")
-    await begin(harness, m.id, "t1")
-    settled = await finish(harness, m.id, "t1", (report(A, 1, Complete()),))
+    started = await begin(harness, m.id, "t1")
+    assert started.unplanned == ("gone/old.handler",)  # the caller must say what it is
+    settled = await finish(
+        harness, m.id, "t1", (report(A, 1, Complete()),), released=("gone/old.handler",)
+    )
     assert settled.acknowledged
+
+
+async def test_a_recorded_invocation_gates_the_ack_until_it_is_terminal(harness: Harness) -> None:
+    """Defect 1 of the review: gates were only the rules matching now, so a retry
+    waiting out its backoff was acknowledged away with no DLQ entry when its rule
+    stopped matching (``now()`` patterns) or its function was not loaded."""
+    m = await harness.deliver()
+    await harness.set_field(m.id, B, "next_attempt_at:99999999999999#1")
+    started = await begin(harness, m.id, "t1")
+    assert started.unplanned == (B,)
+    settled = await finish(harness, m.id, "t1", (report(A, 1, Complete()),))
+    assert not settled.acknowledged
+    assert m.id in await harness.pending()
+    await harness.set_field(m.id, B, "exhausted:2")  # exhausted, its function since removed
+    settled = await finish(harness, m.id, "t1", (), released=(B,))
+    assert settled.acknowledged
+    assert [d.field for d in settled.dead_lettered] == [B]  # the DLQ entry first, always
+    assert [e["function"] for e in await harness.dlq()] == ["fn-b"]
 
 
 async def test_malformed_gets_one_placeholder_entry(harness: Harness) -> None:

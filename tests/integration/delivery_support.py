@@ -17,6 +17,7 @@ from relay.adapters.redis.stream import RedisEventStream
 from relay.adapters.system import RandomTokenSource, SystemClock
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
+from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.domain.commands import DispatchMessage
@@ -53,8 +54,10 @@ class RedisWorld:
         )
         self.ledger = RedisInvocationLedger(client)
         self.registry = FunctionRegistry()
+        self.registry.mark_complete()  # every function of the world is declared
         self.runtime = InMemoryContainerRuntime()
         self.slots = Slots(8, wait_s=1.0)
+        self.bus = MessageBus({})
         self.dispatcher = MessageDispatcher(
             stream=self.stream,
             ledger=self.ledger,
@@ -66,8 +69,10 @@ class RedisWorld:
             tokens=RandomTokenSource(),
             max_event_bytes=1024,
             slot_wait_s=1.0,
+            notify=self.bus.notify,
         )
-        self.bus = MessageBus({DispatchMessage: self.dispatcher})
+        self.bus.register(DispatchMessage, self.dispatcher)
+        subscribe_delivery_log(self.bus)
         self.events: list[DomainEvent] = []
         for kind in DELIVERY_EVENTS:
             self.bus.subscribe(kind, self.events.append)

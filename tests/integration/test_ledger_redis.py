@@ -93,23 +93,23 @@ async def test_concurrent_calls_share_pipelined_round_trips_even_after_a_flush(
     await bytes_redis.script_flush()
     results: list[str] = []
 
-    async def claim_one(message_id: str) -> None:
+    async def claim_one(message_id: str, token: str) -> None:
         ctx = MessageContext(
             stream=stream.stream, group="g", consumer="w1", message_id=message_id, timestamp="t"
         )
-        result = await ledger.begin(claim(ctx, "tok"))
+        result = await ledger.begin(claim(ctx, token))
         results.append(result.statuses[0].status)
 
     async with anyio.create_task_group() as tg:
         for message in messages:
-            tg.start_soon(claim_one, message.id)
+            tg.start_soon(claim_one, message.id, "tok")
     assert results == ["claimed"] * 20
     assert ledger.round_trips <= 3  # one SCRIPT LOAD, then one or two pipelines
     await bytes_redis.script_flush()  # a restart while the worker runs
     results.clear()
     async with anyio.create_task_group() as tg:
         for message in messages:
-            tg.start_soon(claim_one, message.id)
+            tg.start_soon(claim_one, message.id, "another-worker")
     assert results == ["running"] * 20
 
 

@@ -6,6 +6,7 @@ from typing import Any, TypeVar
 
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
+from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher, MessageReport
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.domain import events as ev
@@ -48,9 +49,11 @@ class World:
         self.dlq = InMemoryDeadLetterQueue()
         self.ledger = InMemoryLedger(self.stream, self.dlq, self.clock)
         self.registry = FunctionRegistry()
-        self.runtime = InMemoryContainerRuntime()
+        self.registry.mark_complete()  # every function of the world is declared
+        self.runtime = InMemoryContainerRuntime(self.clock)
         self.slots = Slots(8, wait_s=slot_wait_s)
         self.secrets = InMemorySecretStore()
+        self.bus = MessageBus({})
         self.dispatcher = MessageDispatcher(
             stream=self.stream,
             ledger=self.ledger,
@@ -62,8 +65,10 @@ class World:
             tokens=SequentialTokens(),
             max_event_bytes=max_event_bytes,
             slot_wait_s=slot_wait_s,
+            notify=self.bus.notify,
         )
-        self.bus = MessageBus({DispatchMessage: self.dispatcher})
+        self.bus.register(DispatchMessage, self.dispatcher)
+        subscribe_delivery_log(self.bus)
         self.events: list[DomainEvent] = []
         for kind in DELIVERY_EVENTS:
             self.bus.subscribe(kind, self.events.append)

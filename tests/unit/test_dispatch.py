@@ -337,6 +337,6 @@ async def test_shutdown_mid_message_releases_the_claims_it_did_not_finish() -> N
         await started.wait()
         tg.cancel_scope.cancel()
     # Neither claim charged an attempt: both markers are back to absent.
-    assert world.ledger.hashes[message_id] == {"@class": "matched:users"}
+    assert world.ledger.hashes[message_id] == {"@class": "matched:users#t1"}
     assert world.ledger.calls == ["begin", "finish"]
     assert message_id in world.stream.pending

@@ -1,30 +1,40 @@
 """The DispatchMessage use case: one delivered message through the ledger.
 
-Per message, at most two ledger calls (each one atomic, fenced Lua step in Redis):
+A message takes four steps, each a method below, each publishing its own domain
+events as it happens (log lines come from one subscriber of those events,
+:mod:`relay.application.delivery_log`):
 
-1. ``begin`` classifies the event once, claims every eligible matched invocation
-   with a fresh random token and a deadline on the ledger's clock, and settles the
-   message at once when nothing needs to run (unmatched, all done, all exhausted);
-2. the claimed invocations run one at a time (the spec's sequential order), each
-   in a global then a function concurrency slot;
-3. ``finish`` records every result (fenced by the token), writes any DLQ entry,
-   and acknowledges the message when every gate is terminal.
+1. **plan**: decode and match the event (anything that cannot be decoded or
+   classified, for whatever reason, is dead-lettered at once);
+2. **claim**: one ``begin`` call classifies the event once, claims every
+   eligible matched invocation with a fresh random token and a deadline on the
+   ledger's clock, and settles the message at once when nothing needs to run.
+   Invocations the ledger already records but the current rules no longer match
+   come back as *unplanned*: each is run again if its rule still exists, waited
+   for if its function is unavailable, or released if its function or rule was
+   deliberately removed; a second ``begin`` (same token, so safe to repeat)
+   claims them;
+3. **attempt**: the claimed invocations run one at a time (the spec's order),
+   each in a global then a function concurrency slot; right before a handler
+   starts, its claim's remaining lease is checked against its timeout and
+   renewed when it would not cover it (a slow cold start);
+4. **settle**: one ``finish`` call records every result (fenced by the token),
+   writes any DLQ entry, and acknowledges the message when every invocation that
+   gates it is terminal.
 
-Claims are taken before the slot wait, so each claim's lease covers the
-invocations queued before it (timeouts plus slot waits, cumulatively); a claim
-that never ran (no slot within the bounded wait, shutdown) is *released* to the
-marker it replaced, so no attempt is charged. A claim error fails closed: nothing
-runs and the message stays pending.
+A claim that never ran (no slot within the bounded wait, a lease that could not
+be renewed, shutdown) is *released* to the marker it replaced, so no attempt is
+charged. A claim error fails closed: nothing runs and the message stays pending.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
 import msgspec
-import structlog
+from structlog.contextvars import bound_contextvars
 
 from relay.application.bus import Outcome
 from relay.application.dispatch_events import (
@@ -44,21 +54,27 @@ from relay.application.ports import (
     SlotPool,
     TokenSource,
 )
+from relay.application.registry import Catalog
 from relay.domain.commands import DispatchMessage
 from relay.domain.errors import DependencyUnavailable, RelayError
 from relay.domain.events import (
     EventClassified,
+    EventMalformed,
+    InvocationCrashed,
     InvocationDeferred,
     InvocationExhausted,
     InvocationFailed,
     InvocationFenced,
     InvocationStarted,
     InvocationSucceeded,
+    LeaseRenewed,
+    LedgerUnavailable,
     MessageKeptPending,
 )
 from relay.domain.execution import (
     InvocationRequest,
     InvocationResult,
+    LeaseLost,
     SlotUnavailable,
     clamp_timeout_ns,
     failure_message,
@@ -70,6 +86,7 @@ from relay.domain.invocation import (
     Retry,
     Transition,
     after_failure,
+    exhaustion_reason,
     invocation_field,
 )
 from relay.domain.messages import DomainEvent
@@ -77,26 +94,33 @@ from relay.domain.outcome import (
     CLAIMED,
     AttemptReport,
     BeginRequest,
+    BeginResult,
     ClaimRequest,
     ClaimStatus,
     FinishRequest,
     Malformed,
     MalformedRequest,
     MessageContext,
+    RenewRequest,
     Settlement,
-    exhaustion_reason,
+    classify_failure,
     inspect_payload,
     rfc3339,
+    split_field,
     unique_in_order,
 )
 from relay.domain.template import EventRule, Template
 
-_log = structlog.get_logger(__name__)
+Notify = Callable[[DomainEvent], None]
 
 # Each claim's lease adds this to the rule timeout: the container's own kill
 # grace and the round trips around the run.
 LEASE_GRACE_MS = 5_000
 _CLEANUP_S = 5.0
+
+
+def _discard(_event: DomainEvent) -> None:
+    return None
 
 
 class MessageReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,8 +139,34 @@ class _Planned(msgspec.Struct, frozen=True):
     ready: bool
 
 
+class _Plan(msgspec.Struct, frozen=True, kw_only=True):
+    """What the current catalog says about one message."""
+
+    invocations: tuple[_Planned, ...]
+    functions: tuple[str, ...]  # matched now, for the classification
+    released: tuple[str, ...] = ()
+    waiting: bool = False  # a recorded invocation's function is unavailable
+
+    @property
+    def blocked(self) -> bool:
+        return self.waiting or any(not p.ready for p in self.invocations)
+
+    @property
+    def gates(self) -> tuple[str, ...]:
+        return tuple(p.field for p in self.invocations)
+
+
+class _Run(msgspec.Struct, frozen=True):
+    report: AttemptReport
+    events: tuple[DomainEvent, ...]  # published once the ledger recorded the report
+
+
 class MessageDispatcher:
-    """Handler of :class:`DispatchMessage` (register it on the bus)."""
+    """Handler of :class:`DispatchMessage` (register it on the bus).
+
+    ``notify`` receives every domain event as it happens (the bus's ``notify``);
+    the :class:`Outcome` carries none, so nothing is published twice.
+    """
 
     def __init__(
         self,
@@ -131,6 +181,8 @@ class MessageDispatcher:
         tokens: TokenSource,
         max_event_bytes: int,
         slot_wait_s: float = 10.0,
+        notify: Notify = _discard,
+        lease_grace_ms: int = LEASE_GRACE_MS,
     ) -> None:
         self._stream = stream
         self._ledger = ledger
@@ -141,7 +193,9 @@ class MessageDispatcher:
         self._clock = clock
         self._tokens = tokens
         self._max_event_bytes = max_event_bytes
-        self._pad_ms = int(slot_wait_s * 1000) + LEASE_GRACE_MS
+        self._grace_ms = lease_grace_ms
+        self._pad_ms = int(slot_wait_s * 1000) + lease_grace_ms
+        self._notify = notify
 
     async def __call__(self, command: DispatchMessage) -> Outcome[MessageReport]:
         message = command.message
@@ -152,185 +206,193 @@ class MessageDispatcher:
             message_id=message.id,
             timestamp=rfc3339(self._clock.now()),
         )
-        decoded = inspect_payload(message.payload, self._max_event_bytes)
-        if isinstance(decoded, Malformed):
-            return await self._dead_letter_malformed(ctx, decoded)
-        plan, functions = self._plan(decoded)
-        return await self._run(ctx, message.payload or b"", plan, functions)
+        with bound_contextvars(message_id=message.id):
+            planned = self._plan(message.payload)
+            if isinstance(planned, Malformed):
+                return Outcome(await self._dead_letter_malformed(ctx, planned))
+            return Outcome(await self._deliver(ctx, message.payload or b"", planned))
 
-    def _plan(self, event: Mapping[str, object]) -> tuple[list[_Planned], tuple[str, ...]]:
+    def _publish(self, events: list[DomainEvent] | tuple[DomainEvent, ...]) -> None:
+        for event in events:
+            self._notify(event)
+
+    # --- 1. plan ------------------------------------------------------------------
+
+    def _plan(self, payload: bytes | None) -> _Plan | Malformed:
+        """Decode and match; an event that cannot be decoded or classified for any
+        reason (not JSON, too deep for the decoder or the matcher, ...) is malformed."""
         catalog = self._registry.current()
-        plan: dict[str, _Planned] = {}
-        for match in catalog.index.match(event, self._clock.now()):
-            fn = catalog.functions.get(match.function)
-            if fn is None:
-                continue
-            field = invocation_field(match.function, match.rule.handler)
-            if field not in plan:
-                ready = fn.image is not None
-                plan[field] = _Planned(field, match.function, match.rule, fn.template, ready)
-        planned = list(plan.values())
-        return planned, unique_in_order(p.function for p in planned)
-
-    async def _dead_letter_malformed(
-        self, ctx: MessageContext, malformed: Malformed
-    ) -> Outcome[MessageReport]:
-        request = MalformedRequest(context=ctx, reason=malformed.reason, event=malformed.summary)
-        _log.warning("event_malformed", message_id=ctx.message_id, reason=malformed.reason)
         try:
-            settlement = await self._ledger.dead_letter_malformed(request)
-        except DependencyUnavailable as exc:
-            return self._kept(ctx, "ledger_unavailable", exc)
-        events = settlement_events(ctx.message_id, settlement, outcome="malformed")
-        return Outcome(self._report(ctx, settlement.acknowledged, "malformed"), events)
+            decoded = inspect_payload(payload, self._max_event_bytes)
+            if isinstance(decoded, Malformed):
+                return decoded
+            matches = catalog.index.match(decoded, self._clock.now())
+        except Exception as exc:  # noqa: BLE001 - whatever breaks classification dead-letters it
+            return classify_failure(exc, payload or b"")
+        plan: dict[str, _Planned] = {}
+        for match in matches:
+            fn = catalog.functions.get(match.function)
+            field = invocation_field(match.function, match.rule.handler)
+            if fn is not None and field not in plan:
+                plan[field] = _Planned(field, match.function, match.rule, fn.template, fn.ready)
+        planned = tuple(plan.values())
+        return _Plan(invocations=planned, functions=unique_in_order(p.function for p in planned))
 
-    def _kept(self, ctx: MessageContext, reason: str, exc: Exception) -> Outcome[MessageReport]:
-        _log.warning("ledger_unavailable", message_id=ctx.message_id, error=str(exc))
-        return self._kept_with(ctx, reason, [])
+    def _replan(self, plan: _Plan, unplanned: tuple[str, ...]) -> _Plan:
+        """Decide what each recorded, unplanned invocation is: run again (its rule
+        still exists), waited for (its function is unavailable, or the catalog is
+        not loaded yet), or released (deliberately removed from a valid catalog)."""
+        catalog: Catalog = self._registry.current()
+        extra: list[_Planned] = []
+        released: list[str] = []
+        waiting = False
+        for field in unplanned:
+            function, handler = split_field(field)
+            rule = catalog.rule(function, handler)
+            fn = catalog.functions.get(function)
+            if rule is not None and fn is not None:
+                extra.append(_Planned(field, function, rule, fn.template, fn.ready))
+            elif function in catalog.unavailable or not catalog.complete:
+                waiting = True
+            elif fn is not None and not fn.ready:
+                waiting = True  # still building: its rules are not known to be gone
+            else:
+                released.append(field)
+        return _Plan(
+            invocations=plan.invocations + tuple(extra),
+            functions=plan.functions,
+            released=tuple(released),
+            waiting=waiting,
+        )
 
-    @staticmethod
-    def _report(ctx: MessageContext, acked: bool, outcome: str) -> MessageReport:
-        return MessageReport(message_id=ctx.message_id, acknowledged=acked, outcome=outcome)
+    # --- 2. claim -----------------------------------------------------------------
 
-    def _claims(self, plan: list[_Planned]) -> tuple[ClaimRequest, ...]:
+    def _begin_request(self, ctx: MessageContext, plan: _Plan, token: str) -> BeginRequest:
         claims: list[ClaimRequest] = []
         lease = 0
-        for p in plan:
-            if not p.ready:
-                continue
-            lease += clamp_timeout_ns(p.rule.timeout_ns) // 1_000_000 + self._pad_ms
-            claims.append(
-                ClaimRequest(field=p.field, max_attempts=1 + max(0, p.rule.retries), lease_ms=lease)
-            )
-        return tuple(claims)
-
-    async def _run(
-        self,
-        ctx: MessageContext,
-        payload: bytes,
-        plan: list[_Planned],
-        functions: tuple[str, ...],
-    ) -> Outcome[MessageReport]:
-        blocked = any(not p.ready for p in plan)
-        gates = tuple(p.field for p in plan)
-        token = self._tokens.token()
-        begin = BeginRequest(
+        for p in plan.invocations:
+            if p.ready:
+                lease += clamp_timeout_ns(p.rule.timeout_ns) // 1_000_000 + self._pad_ms
+                max_attempts = 1 + max(0, p.rule.retries)
+                claims.append(
+                    ClaimRequest(field=p.field, max_attempts=max_attempts, lease_ms=lease)
+                )
+        functions = plan.functions
+        return BeginRequest(
             context=ctx,
             classification="matched:" + ",".join(functions) if functions else "unmatched",
             token=token,
-            claims=self._claims(plan),
-            gates=gates,
-            blocked=blocked,
-        )
-        try:
-            started = await self._ledger.begin(begin)
-        except DependencyUnavailable as exc:
-            # Fail closed: nothing runs, nothing is counted, the message stays pending.
-            return self._kept(ctx, "claim_failed", exc)
-        events: list[DomainEvent] = []
-        if started.newly_classified:
-            events.append(
-                EventClassified(message_id=ctx.message_id, matched=bool(plan), functions=functions)
-            )
-        events += newly_exhausted_events(ctx.message_id, started.statuses)
-        claimed = [s for s in started.statuses if s.status == CLAIMED]
-        if not claimed:
-            settlement = started.settlement
-            waiting = pending_reason(started.statuses, blocked)
-            outcome = outcome_name(settlement, bool(plan), waiting)
-            events += settlement_events(ctx.message_id, settlement, outcome=outcome)
-            return Outcome(self._report(ctx, settlement.acknowledged, outcome), events)
-        return await self._execute(
-            ctx,
-            payload,
-            token=token,
-            plan=plan,
-            blocked=blocked,
-            statuses=started.statuses,
-            claimed=claimed,
-            events=events,
+            claims=tuple(claims),
+            gates=plan.gates,
+            released=plan.released,
+            blocked=plan.blocked,
         )
 
-    async def _execute(
+    async def _claim(
+        self, ctx: MessageContext, plan: _Plan, token: str
+    ) -> tuple[_Plan, BeginRequest, BeginResult] | None:
+        """Classify and claim; ``None`` when the ledger could not be reached."""
+        request = self._begin_request(ctx, plan, token)
+        try:
+            started = await self._ledger.begin(request)
+        except DependencyUnavailable as exc:
+            self._notify(LedgerUnavailable(message_id=ctx.message_id, call="begin", error=str(exc)))
+            return None
+        if started.newly_classified:
+            self._notify(
+                EventClassified(
+                    message_id=ctx.message_id,
+                    matched=bool(plan.invocations),
+                    functions=plan.functions,
+                )
+            )
+        if started.unplanned:
+            # Rare: a second begin with the same token (safe to repeat) claims or
+            # releases what the ledger records beyond the current match.
+            replanned = self._replan(plan, started.unplanned)
+            again = self._begin_request(ctx, replanned, token)
+            try:
+                started = await self._ledger.begin(again)
+            except DependencyUnavailable as exc:
+                # The first claims stand; the unplanned ones keep the message pending.
+                self._notify(
+                    LedgerUnavailable(message_id=ctx.message_id, call="begin", error=str(exc))
+                )
+            else:
+                plan, request = replanned, again
+        self._publish(newly_exhausted_events(ctx.message_id, started.statuses))
+        return plan, request, started
+
+    async def _deliver(self, ctx: MessageContext, payload: bytes, plan: _Plan) -> MessageReport:
+        token = self._tokens.token()
+        begun = self._clock.monotonic()
+        claimed = await self._claim(ctx, plan, token)
+        if claimed is None:
+            # Fail closed: nothing runs, nothing is counted, the message stays pending.
+            return self._kept(ctx, "claim_failed")
+        plan, request, started = claimed
+        to_run = [s for s in started.statuses if s.status == CLAIMED]
+        if not to_run:
+            settlement = started.settlement
+            waiting = pending_reason(started.statuses, plan.blocked)
+            outcome = outcome_name(settlement, bool(plan.invocations), waiting)
+            self._publish(settlement_events(ctx.message_id, settlement, outcome=outcome))
+            return self._report(ctx, settlement.acknowledged, outcome)
+        leases = {c.field: c.lease_ms for c in request.claims}
+        runs = await self._attempt_all(
+            ctx, payload, token=token, leases=_Leases(begun, leases), claimed=to_run, plan=plan
+        )
+        return await self._settle(ctx, token, plan, started.statuses, runs)
+
+    # --- 3. attempt ---------------------------------------------------------------
+
+    async def _attempt_all(
         self,
         ctx: MessageContext,
         payload: bytes,
         *,
         token: str,
-        plan: list[_Planned],
-        blocked: bool,
-        statuses: tuple[ClaimStatus, ...],
+        leases: _Leases,
         claimed: list[ClaimStatus],
-        events: list[DomainEvent],
-    ) -> Outcome[MessageReport]:
-        by_field = {p.field: p for p in plan}
+        plan: _Plan,
+    ) -> list[_Run]:
+        by_field = {p.field: p for p in plan.invocations}
         runs: list[_Run] = []
         try:
             for status in claimed:
-                runs.append(await self._attempt(ctx, payload, by_field[status.field], status))
+                lease = _Lease(self, ctx, token, status, leases)
+                runs.append(
+                    await self._attempt(ctx, payload, by_field[status.field], status, lease)
+                )
         except BaseException:
-            # Shutdown (or any error) before a claim ran releases it: no attempt
-            # charged. What did run is still recorded, shielded and bounded.
+            # Shutdown (or any error) before a claim ran to its end releases it: no
+            # attempt charged. What did run is still recorded, shielded and bounded.
             for status in claimed[len(runs) :]:
                 runs.append(_released(ctx, by_field[status.field], status, "shutdown"))
             with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _CLEANUP_S):
-                await self._finish(ctx, _finish_request(ctx, token, runs, by_field, blocked))
+                await self._finish(ctx, self._finish_request(ctx, token, runs, plan))
             raise
-        # The usual path needs no shield of its own: a ledger call, once made,
-        # completes even if this task is cancelled meanwhile (the port's promise).
-        settled = await self._finish(ctx, _finish_request(ctx, token, runs, by_field, blocked))
-        if settled is None:
-            for run in runs:
-                _log_results(run.events)
-                events += run.events
-            return self._kept_with(ctx, "finish_failed", events)
-        rejected = set(settled.rejected)
-        for run in runs:
-            if run.report.field in rejected:
-                events.append(_fenced(ctx, by_field[run.report.field], run.report.attempt))
-            else:
-                # Logged only now: a result the ledger rejected never counted, and
-                # an operator must not read a success (or a retry) that did not happen.
-                _log_results(run.events)
-                events += run.events
-        # an acknowledged message (the usual case) needs no pending reason
-        fallback = (
-            ""
-            if settled.acknowledged
-            else pending_reason(statuses, blocked, [r.report for r in runs])
-        )
-        outcome = outcome_name(settled, True, fallback)
-        events += settlement_events(ctx.message_id, settled, outcome=outcome)
-        return Outcome(self._report(ctx, settled.acknowledged, outcome), events)
-
-    async def _finish(self, ctx: MessageContext, request: FinishRequest) -> Settlement | None:
-        try:
-            return await self._ledger.finish(request)
-        except DependencyUnavailable as exc:
-            # The results are lost; each claim expires at its deadline and the
-            # next delivery runs it again (at-least-once).
-            _log.warning("ledger_unavailable", message_id=ctx.message_id, error=str(exc))
-            return None
-
-    def _kept_with(
-        self, ctx: MessageContext, reason: str, events: list[DomainEvent]
-    ) -> Outcome[MessageReport]:
-        events.append(MessageKeptPending(message_id=ctx.message_id, reason=reason))
-        return Outcome(self._report(ctx, False, reason), events)
+        return runs
 
     async def _attempt(
-        self, ctx: MessageContext, payload: bytes, planned: _Planned, status: ClaimStatus
+        self,
+        ctx: MessageContext,
+        payload: bytes,
+        planned: _Planned,
+        status: ClaimStatus,
+        lease: _Lease,
     ) -> _Run:
         fn, handler, attempt = planned.function, planned.rule.handler, status.attempt
+        timeout_ns = clamp_timeout_ns(planned.rule.timeout_ns)
+        with bound_contextvars(function=fn, handler=handler, attempt=attempt):
+            try:
+                async with self._slots.acquire(fn):
+                    result = await self._invoke(ctx, payload, planned, lease.guard(timeout_ns))
+            except SlotUnavailable:
+                return _released(ctx, planned, status, "slot_unavailable")
+            except LeaseLost as exc:
+                return _released(ctx, planned, status, exc.reason)
         max_attempts = 1 + max(0, planned.rule.retries)
-        try:
-            async with self._slots.acquire(fn):
-                started = InvocationStarted(
-                    function=fn, handler=handler, message_id=ctx.message_id, attempt=attempt
-                )
-                result = await self._invoke(ctx, payload, planned)
-        except SlotUnavailable:
-            return _released(ctx, planned, status, "slot_unavailable")
         transition: Transition = Complete() if result.ok else after_failure(attempt, max_attempts)
         error = result.error
         if isinstance(transition, Exhaust):
@@ -338,60 +400,207 @@ class MessageDispatcher:
         report = AttemptReport(
             field=planned.field, attempt=attempt, transition=transition, error=error
         )
-        return _Run(report, (started, _result_event(ctx, planned, attempt, result, transition)))
+        return _Run(report, (_result_event(ctx, planned, attempt, result, transition),))
 
     async def _invoke(
-        self, ctx: MessageContext, payload: bytes, planned: _Planned
+        self, ctx: MessageContext, payload: bytes, planned: _Planned, guard: Any
     ) -> InvocationResult:
         fn, handler = planned.function, planned.rule.handler
         try:
             env = resolve_environment(planned.template.env, planned.template.secrets, self._secrets)
-            return await self._runtime.invoke(
-                InvocationRequest(
-                    function=fn,
-                    handler=handler,
-                    event=payload,
-                    env=env,
-                    timeout_ns=clamp_timeout_ns(planned.rule.timeout_ns),
-                    context=ctx.message_id,
-                )
+            request = InvocationRequest(
+                function=fn,
+                handler=handler,
+                event=payload,
+                env=env,
+                timeout_ns=clamp_timeout_ns(planned.rule.timeout_ns),
+                context=ctx.message_id,
             )
+            return await self._runtime.invoke(request, guard=guard)
+        except LeaseLost:
+            raise
         except RelayError as exc:
             # The attempt was charged at claim; a runtime that could not serve it
             # (engine refused, function removed, missing secret) is a failure.
             return InvocationResult(ok=False, error=failure_message(fn, handler, str(exc)))
         except Exception as exc:  # noqa: BLE001 - an adapter bug is a failed attempt, never a lost message
-            _log.exception("invocation_crashed", function=fn, handler=handler)
-            return InvocationResult(ok=False, error=failure_message(fn, handler, repr(exc)))
+            # Only the exception's type reaches the ledger and the DLQ: its text
+            # may carry anything (a secret's bytes among them).
+            self._notify(
+                InvocationCrashed(function=fn, handler=handler, message_id=ctx.message_id, exc=exc)
+            )
+            detail = f"internal error ({type(exc).__name__}); see the worker log"
+            return InvocationResult(ok=False, error=failure_message(fn, handler, detail))
+
+    # --- 4. settle ----------------------------------------------------------------
+
+    def _finish_request(
+        self, ctx: MessageContext, token: str, runs: list[_Run], plan: _Plan
+    ) -> FinishRequest:
+        return FinishRequest(
+            context=ctx,
+            token=token,
+            reports=tuple(r.report for r in runs),
+            gates=plan.gates,
+            released=plan.released,
+            blocked=plan.blocked,
+        )
+
+    async def _settle(
+        self,
+        ctx: MessageContext,
+        token: str,
+        plan: _Plan,
+        statuses: tuple[ClaimStatus, ...],
+        runs: list[_Run],
+    ) -> MessageReport:
+        # The usual path needs no shield of its own: a ledger call, once made,
+        # completes even if this task is cancelled meanwhile (the port's promise).
+        settled = await self._finish(ctx, self._finish_request(ctx, token, runs, plan))
+        if settled is None:
+            for run in runs:
+                self._publish(run.events)
+            return self._kept(ctx, "finish_failed")
+        rejected = set(settled.rejected)
+        by_field = {p.field: p for p in plan.invocations}
+        for run in runs:
+            if run.report.field in rejected:
+                self._notify(_fenced(ctx, by_field[run.report.field], run.report.attempt))
+            else:
+                # Published only now: a result the ledger rejected never counted, and
+                # an operator must not read a success (or a retry) that did not happen.
+                self._publish(run.events)
+        # an acknowledged message (the usual case) needs no pending reason
+        fallback = (
+            ""
+            if settled.acknowledged
+            else pending_reason(statuses, plan.blocked, [r.report for r in runs])
+        )
+        outcome = outcome_name(settled, True, fallback)
+        self._publish(settlement_events(ctx.message_id, settled, outcome=outcome))
+        return self._report(ctx, settled.acknowledged, outcome)
+
+    async def _finish(self, ctx: MessageContext, request: FinishRequest) -> Settlement | None:
+        try:
+            return await self._ledger.finish(request)
+        except DependencyUnavailable as exc:
+            # The results are lost; each claim expires at its deadline and the
+            # next delivery runs it again (at-least-once).
+            self._notify(
+                LedgerUnavailable(message_id=ctx.message_id, call="finish", error=str(exc))
+            )
+            return None
+
+    async def _dead_letter_malformed(
+        self, ctx: MessageContext, malformed: Malformed
+    ) -> MessageReport:
+        self._notify(EventMalformed(message_id=ctx.message_id, reason=malformed.reason))
+        request = MalformedRequest(context=ctx, reason=malformed.reason, event=malformed.summary)
+        try:
+            settlement = await self._ledger.dead_letter_malformed(request)
+        except DependencyUnavailable as exc:
+            self._notify(
+                LedgerUnavailable(message_id=ctx.message_id, call="malformed", error=str(exc))
+            )
+            return self._kept(ctx, "ledger_unavailable")
+        self._publish(settlement_events(ctx.message_id, settlement, outcome="malformed"))
+        return self._report(ctx, settlement.acknowledged, "malformed")
+
+    # --- lease renewal (used by _Lease) ---------------------------------------------
+
+    async def renew(self, request: RenewRequest) -> int:
+        return await self._ledger.renew(request)
+
+    def _kept(self, ctx: MessageContext, reason: str) -> MessageReport:
+        self._notify(MessageKeptPending(message_id=ctx.message_id, reason=reason))
+        return self._report(ctx, False, reason)
+
+    @staticmethod
+    def _report(ctx: MessageContext, acked: bool, outcome: str) -> MessageReport:
+        return MessageReport(message_id=ctx.message_id, acknowledged=acked, outcome=outcome)
 
 
-def _finish_request(
-    ctx: MessageContext, token: str, runs: list[_Run], by_field: dict[str, _Planned], blocked: bool
-) -> FinishRequest:
-    return FinishRequest(
-        context=ctx,
-        token=token,
-        reports=tuple(r.report for r in runs),
-        gates=tuple(by_field),
-        blocked=blocked,
-    )
+class _Leases(msgspec.Struct, frozen=True):
+    """The leases one ``begin`` asked for, and when (local monotonic) it was sent."""
+
+    since: float
+    lease_ms: Mapping[str, int]
 
 
-class _Run(msgspec.Struct, frozen=True):
-    report: AttemptReport
-    events: tuple[DomainEvent, ...]
+class _Lease:
+    """One claim's lease as this worker sees it: ``lease_ms`` from (no later than)
+    ``since`` on the local monotonic clock. Measured from before the ``begin`` was
+    sent, the estimate is never longer than the ledger's real deadline."""
+
+    def __init__(
+        self,
+        dispatcher: MessageDispatcher,
+        ctx: MessageContext,
+        token: str,
+        status: ClaimStatus,
+        leases: _Leases,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._ctx = ctx
+        self._token = token
+        self._status = status
+        self._since = leases.since
+        self._lease_ms = leases.lease_ms.get(status.field, 0)
+
+    def guard(self, timeout_ns: int) -> Callable[[], Any]:
+        """What the runtime awaits right before the handler starts: make sure the
+        claim outlives the handler's timeout plus the grace, or raise LeaseLost."""
+
+        async def cover() -> None:
+            await self._cover(timeout_ns)
+
+        return cover
+
+    async def _cover(self, timeout_ns: int) -> None:
+        d = self._dispatcher
+        need_ms = timeout_ns // 1_000_000 + d._grace_ms
+        elapsed_ms = int((d._clock.monotonic() - self._since) * 1000)
+        status, ctx = self._status, self._ctx
+        function, handler = split_field(status.field)
+        if self._lease_ms - elapsed_ms < need_ms:
+            asked = d._clock.monotonic()
+            request = RenewRequest(
+                context=ctx,
+                token=self._token,
+                field=status.field,
+                attempt=status.attempt,
+                lease_ms=need_ms,
+            )
+            try:
+                until = await d.renew(request)
+            except DependencyUnavailable as exc:
+                raise LeaseLost("lease_unrenewable", str(exc)) from exc
+            if until == 0:
+                raise LeaseLost("lease_lost", "the claim was taken over before the handler ran")
+            self._since, self._lease_ms = asked, need_ms
+            d._notify(
+                LeaseRenewed(
+                    function=function,
+                    handler=handler,
+                    message_id=ctx.message_id,
+                    attempt=status.attempt,
+                    remaining_ms=max(0, self._lease_ms - elapsed_ms),
+                    lease_ms=need_ms,
+                )
+            )
+        d._notify(
+            InvocationStarted(
+                function=function,
+                handler=handler,
+                message_id=ctx.message_id,
+                attempt=status.attempt,
+            )
+        )
 
 
 def _fenced(ctx: MessageContext, planned: _Planned, attempt: int) -> InvocationFenced:
-    """A result the ledger rejected: this claim expired and a newer attempt holds the
-    invocation. The result itself is not logged; this line says it did not count."""
-    _log.warning(
-        "invocation_fenced",
-        function=planned.function,
-        handler=planned.rule.handler,
-        message_id=ctx.message_id,
-        attempt=attempt,
-    )
+    """A result the ledger rejected: this claim expired and a newer attempt holds
+    the invocation. The result itself is not published; this says it did not count."""
     return InvocationFenced(
         function=planned.function,
         handler=planned.rule.handler,
@@ -437,45 +646,3 @@ def _result_event(
             retry_in_s=transition.backoff_ms / 1000,
         )
     return InvocationExhausted(**common, error=result.error, exit_code=result.exit_code)
-
-
-def _log_results(events: Sequence[DomainEvent]) -> None:
-    """The log lines of an attempt's result, once the ledger has recorded it."""
-    for event in events:
-        if isinstance(event, InvocationDeferred):
-            # Nothing ran and nothing is charged; without this line an operator
-            # would see only a message that stays pending.
-            _log.warning(
-                "invocation_deferred",
-                function=event.function,
-                handler=event.handler,
-                message_id=event.message_id,
-                reason=event.reason,
-            )
-        elif isinstance(event, InvocationSucceeded):
-            _log.info("invocation_succeeded", **_fields(event))
-        elif isinstance(event, InvocationFailed):
-            _log.warning(
-                "invocation_failed",
-                **_fields(event),
-                error=event.error,
-                exit_code=event.exit_code,
-                retry_in_s=event.retry_in_s,
-            )
-        elif isinstance(event, InvocationExhausted):
-            _log.error(
-                "invocation_exhausted",
-                **_fields(event),
-                error=event.error,
-                exit_code=event.exit_code,
-            )
-
-
-def _fields(event: InvocationSucceeded | InvocationFailed | InvocationExhausted) -> dict[str, Any]:
-    return {
-        "function": event.function,
-        "handler": event.handler,
-        "message_id": event.message_id,
-        "attempt": event.attempt,
-        "duration_s": event.duration_s,
-    }

@@ -6,8 +6,6 @@ Names and fields of the events are documented in :mod:`relay.domain.events`.
 
 from __future__ import annotations
 
-import structlog
-
 from relay.domain.events import (
     DeadLetterWriteFailed,
     InvocationExhausted,
@@ -15,7 +13,7 @@ from relay.domain.events import (
     MessageDeadLettered,
     MessageKeptPending,
 )
-from relay.domain.invocation import Release, Retry
+from relay.domain.invocation import Release, Retry, expired_detail
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import (
     BACKOFF,
@@ -27,16 +25,13 @@ from relay.domain.outcome import (
     split_field,
 )
 
-_log = structlog.get_logger("relay.application.dispatch")
-
 
 def newly_exhausted_events(message_id: str, statuses: tuple[ClaimStatus, ...]) -> list[DomainEvent]:
     events: list[DomainEvent] = []
     for s in statuses:
         if s.status == EXHAUSTED and s.newly:
             fn, handler = split_field(s.field)
-            error = f"attempt {s.attempt} did not finish before its deadline"
-            _log.error("invocation_exhausted", function=fn, handler=handler, error=error)
+            error = expired_detail(s.attempt)
             events.append(
                 InvocationExhausted(
                     function=fn,
@@ -86,13 +81,6 @@ def settlement_events(
         fn, handler = (
             (PLACEHOLDER, PLACEHOLDER) if entry.field == PLACEHOLDER else split_field(entry.field)
         )
-        _log.error(
-            "message_dead_lettered",
-            message_id=message_id,
-            function=fn,
-            handler=handler,
-            entry_id=entry.entry_id,
-        )
         events.append(
             MessageDeadLettered(
                 function=fn,
@@ -104,7 +92,6 @@ def settlement_events(
             )
         )
     if settlement.dlq_error:
-        _log.error("dead_letter_write_failed", message_id=message_id, error=settlement.dlq_error)
         events.append(DeadLetterWriteFailed(message_id=message_id, error=settlement.dlq_error))
     if settlement.acknowledged:
         events.append(MessageAcknowledged(message_id=message_id, outcome=outcome))

@@ -7,7 +7,7 @@ role (``RedisEventStream``); in-memory fakes for unit tests live in
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -21,14 +21,18 @@ from relay.domain.outcome import (
     FinishRequest,
     MalformedRequest,
     Reclaimed,
+    RenewRequest,
     Settlement,
     StreamMessage,
 )
 from relay.domain.stats import StatsSnapshot
 from relay.domain.template import Template
 
-
 # --- time and randomness ---------------------------------------------------------
+# Awaited by the runtime right before a handler starts (see ContainerRuntime.invoke).
+StartGuard = Callable[[], Awaitable[None]]
+
+
 class Clock(Protocol):
     """Wall-clock and monotonic time, injected so decisions are testable."""
 
@@ -113,6 +117,11 @@ class InvocationLedger(Protocol):
         """Write the message's one placeholder DLQ entry (once), then ACK."""
         ...
 
+    async def renew(self, request: RenewRequest) -> int:
+        """Extend a claim still held by ``request.token`` to at least ``lease_ms``
+        from now; its new deadline, or 0 when the claim is no longer ours."""
+        ...
+
 
 class DeadLetterQueue(Protocol):
     """The dead-letter stream ``relay:<stream>:dlq`` (writer side).
@@ -141,11 +150,17 @@ class ContainerRuntime(Protocol):
         """The function is gone: idle containers go now, busy ones on release."""
         ...
 
-    async def invoke(self, request: InvocationRequest) -> InvocationResult:
+    async def invoke(
+        self, request: InvocationRequest, *, guard: StartGuard | None = None
+    ) -> InvocationResult:
         """Lease a warm container (created lazily up to capacity), run one
         request in it, then release or discard it. A handler failure is a
         result, not an exception; raises ``RuntimeUnavailable`` only when no
-        container could serve the request (the handler never ran)."""
+        container could serve the request (the handler never ran).
+
+        ``guard`` is awaited once the container is ready, right before the
+        request is sent: what it raises (``LeaseLost``) propagates, with the
+        container returned to the pool and the handler never started."""
         ...
 
     def snapshot(self, function: str) -> PoolSnapshot | None:
@@ -273,4 +288,6 @@ class SlotPool(Protocol):
 class Invoker(Protocol):
     """The part of ``ContainerRuntime`` that runs one request."""
 
-    async def invoke(self, request: InvocationRequest) -> InvocationResult: ...
+    async def invoke(
+        self, request: InvocationRequest, *, guard: StartGuard | None = None
+    ) -> InvocationResult: ...

@@ -187,6 +187,9 @@ class Reconciler:
             for name in self._leftovers - present - set(self.registry.current().functions):
                 tg.start_soon(self._retire_leftover, name)
         self._leftovers.clear()
+        # Recorded invocations of a function that is not loaded are released only
+        # once the whole folder has been seen (see Catalog.complete).
+        self.registry.mark_complete()
         return results
 
     async def reconcile_function(self, name: str) -> str:
@@ -209,6 +212,7 @@ class Reconciler:
             try:
                 template = await anyio.to_thread.run_sync(self._source.load_template, directory)
             except TemplateError as exc:
+                self.registry.mark_unavailable(name)
                 return await self._failed(name, f"invalid template: {exc}", None)
             if template is None:
                 return self._waiting(name)
@@ -226,8 +230,9 @@ class Reconciler:
             known = name in self._known()
             self._failures.pop(name, None)
             self._skipped.pop(name, None)
-            if name in self.registry.current().functions:
-                self.registry.drop(name)
+            loaded = name in self.registry.current().functions
+            self.registry.drop(name)  # and no longer unavailable: it is gone
+            if loaded:
                 self._runtime.remove(name)
                 self._slots.forget(name)
             if not known:

@@ -199,7 +199,8 @@ class InvocationExhausted(DomainEvent, frozen=True, kw_only=True):
 
 class InvocationDeferred(DomainEvent, frozen=True, kw_only=True):
     """A claimed invocation was released without running (``reason``:
-    ``slot_unavailable`` or ``shutdown``); no attempt charged."""
+    ``slot_unavailable``, ``shutdown``, ``lease_lost`` or ``lease_unrenewable``);
+    no attempt charged."""
 
     function: str
     handler: str
@@ -215,6 +216,47 @@ class InvocationFenced(DomainEvent, frozen=True, kw_only=True):
     handler: str
     message_id: str
     attempt: int
+
+
+class LeaseRenewed(DomainEvent, frozen=True, kw_only=True):
+    """Right before the handler started, its claim had ``remaining_ms`` left, too
+    little for its timeout (a slow container start): it was renewed to
+    ``lease_ms`` from then."""
+
+    function: str
+    handler: str
+    message_id: str
+    attempt: int
+    remaining_ms: int
+    lease_ms: int
+
+
+class InvocationCrashed(DomainEvent, frozen=True, kw_only=True):
+    """An adapter raised an unexpected exception while serving an invocation (a
+    bug): the attempt fails with only the exception's type as its error; the
+    traceback goes to the worker log, never to the ledger or the DLQ."""
+
+    function: str
+    handler: str
+    message_id: str
+    exc: BaseException
+
+
+class EventMalformed(DomainEvent, frozen=True, kw_only=True):
+    """The event cannot be decoded or classified (``reason``); it is dead-lettered
+    at once under ``-`` placeholders."""
+
+    message_id: str
+    reason: str
+
+
+class LedgerUnavailable(DomainEvent, frozen=True, kw_only=True):
+    """A ledger call (``begin``, ``finish``, ``malformed``) failed: what it would
+    have recorded is not known to be recorded; the message stays pending."""
+
+    message_id: str
+    call: str
+    error: str
 
 
 class MessageDeadLettered(DomainEvent, frozen=True, kw_only=True):

@@ -53,6 +53,17 @@ class SlotUnavailable(RelayError):
     for a later redelivery, and never charge an attempt for it."""
 
 
+class LeaseLost(RelayError):
+    """The claim's lease could not be made to cover the handler's timeout before
+    it started (``reason``: ``lease_lost`` when another worker holds it now,
+    ``lease_unrenewable`` when the ledger could not be reached): the handler does
+    not run, and no attempt is charged for it."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
 class SecretNotFound(RelayError):
     """A secret reference names a secret that is not in the store."""
 

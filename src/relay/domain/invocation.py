@@ -18,13 +18,15 @@ absent or unparsable                    eligible, as attempt 1
 
 Reserved message-level fields start with ``@`` (function names cannot): ``@class``
 (the once-only classification), ``@dlq`` (a malformed message's entry id),
-``@err:<field>`` (an exhausted invocation's DLQ reason) and ``@at:<field>`` (when its
-current or last attempt was claimed, see :func:`claimed_at_field`).
+``@err:<field>`` (an exhausted invocation's DLQ reason), ``@dlq:<field>`` (the id of
+its DLQ entry) and ``@at:<field>`` (when its current or last attempt was claimed, and
+by which token, see :func:`claimed_at_field`).
 
 The attempt is counted at claim: an expired ``running`` marker (a crashed or
 killed worker) counts as a spent attempt, so a handler that crashes its container
-still reaches the dead-letter queue. The Lua scripts in
-``relay/adapters/redis/lua`` implement the same rules; the contract tests run both.
+still reaches the dead-letter queue. What each ledger call does with these markers is
+:mod:`relay.domain.ledger_rules`; the Lua scripts in ``relay/adapters/redis/lua`` are
+proven equal to it by a property test.
 """
 
 from __future__ import annotations
@@ -47,6 +49,23 @@ MIN_LEDGER_RETENTION_NS: Final = HOUR
 LEDGER_RETENTION_S: Final = LEDGER_RETENTION_NS // SECOND
 
 
+# The reason texts of exhaustion, written once. ``%d``/``%s`` so the Lua scripts
+# format them the same way (``string.format``; see ``ledger_rules.lua_constants``).
+EXHAUSTED_REASON: Final = "retries exhausted after %d attempt(s): %s"
+EXPIRED_DETAIL: Final = "attempt %d did not finish before its deadline"
+NO_RESULT_DETAIL: Final = "no result recorded"
+
+
+def exhaustion_reason(attempt: int, error: str) -> str:
+    """The DLQ ``reason`` of an invocation exhausted at ``attempt``."""
+    return EXHAUSTED_REASON % (attempt, error or NO_RESULT_DETAIL)
+
+
+def expired_detail(attempt: int) -> str:
+    """Why an invocation whose last attempt expired unfinished is exhausted."""
+    return EXPIRED_DETAIL % attempt
+
+
 def backoff_ms(attempt: int) -> int:
     """How long a failed ``attempt`` (1-based) waits before the next one."""
     if attempt < 1:
@@ -61,7 +80,8 @@ def invocation_field(function: str, handler: str) -> str:
 
 def claimed_at_field(field: str) -> str:
     """The reserved ledger field holding when ``field``'s current (or last) attempt
-    was claimed: ``@at:<function>/<handler>`` = server time in integer ms.
+    was claimed, and by whom: ``@at:<function>/<handler>`` = ``<ms>#<token>``
+    (server time in integer ms; see ``ledger_rules.parse_claim_stamp``).
 
     Written by the claim together with its ``running`` marker and removed when the
     claim is released unrun; like every ``@`` field it is never an invocation.
@@ -101,8 +121,19 @@ class Exhausted(msgspec.Struct, frozen=True):
 Marker = Ok | Running | BackingOff | Exhausted
 
 
-def _int(text: str) -> int | None:
-    return int(text) if text.isdigit() and len(text) < 20 else None
+# The longest number a marker may hold: 15 ASCII digits, exact in a double, so the
+# Lua scripts (whose numbers are doubles) read every marker as this module does.
+MAX_DIGITS: Final = 15
+
+
+def parse_int(text: str) -> int | None:
+    """A marker's number: ASCII digits only, at most :data:`MAX_DIGITS` of them."""
+    if text and len(text) <= MAX_DIGITS and text.isascii() and text.isdigit():
+        return int(text)
+    return None
+
+
+_int = parse_int
 
 
 def _deadline_attempt(rest: str) -> tuple[int, int, list[str]] | None:
@@ -122,12 +153,12 @@ def parse_marker(text: str | None) -> Marker | None:  # noqa: PLR0911 - one retu
     if text == "ok":
         return Ok()
     kind, _, rest = text.partition(":")
-    if kind == "exhausted":
-        count, _, suffix = rest.partition(":")
+    if kind == "exhausted":  # exactly ``exhausted:<n>`` or ``exhausted:<n>:dlq``
+        count, colon, suffix = rest.partition(":")
         attempt = _int(count)
-        if attempt is None or suffix not in ("", "dlq"):
+        if attempt is None or (colon and suffix != "dlq"):
             return None
-        return Exhausted(attempt, dead_lettered=suffix == "dlq")
+        return Exhausted(attempt, dead_lettered=bool(colon))
     parsed = _deadline_attempt(rest)
     if parsed is None:
         return None

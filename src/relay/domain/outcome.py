@@ -10,6 +10,7 @@ larger than ``MAX_EVENT_BYTES``) is dead-lettered at once under ``-`` placeholde
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -53,11 +54,19 @@ class DeadLetterFirst(msgspec.Struct, frozen=True):
 MessageOutcome = Acknowledge | KeepPending | DeadLetterFirst
 
 
-def message_outcome(gates: Mapping[str, Marker | None], *, blocked: bool) -> MessageOutcome:
+def message_outcome(
+    gates: Mapping[str, Marker | None],
+    *,
+    blocked: bool,
+    released: AbstractSet[str] = frozenset(),
+) -> MessageOutcome:
     """The outcome of a message whose gating invocations are in state ``gates``.
 
-    ``blocked`` is true when a matched function has no image yet: the message
-    waits for it, without an attempt charged and without being acknowledged.
+    ``blocked`` is true when a function the message needs has no image yet (or is
+    unavailable): the message waits for it, without an attempt charged and
+    without being acknowledged. A ``released`` invocation (its function or rule
+    deliberately removed) no longer gates unless it is exhausted: an exhausted
+    invocation is always dead-lettered before the acknowledgment.
     """
     if blocked:
         return KeepPending()
@@ -65,10 +74,12 @@ def message_outcome(gates: Mapping[str, Marker | None], *, blocked: bool) -> Mes
     for field, marker in gates.items():
         if isinstance(marker, Ok):
             continue
-        if not isinstance(marker, Exhausted):
+        if isinstance(marker, Exhausted):
+            if not marker.dead_lettered:
+                missing.append(field)
+            continue
+        if field not in released:
             return KeepPending()
-        if not marker.dead_lettered:
-            missing.append(field)
     return DeadLetterFirst(tuple(missing)) if missing else Acknowledge()
 
 
@@ -109,6 +120,18 @@ def inspect_payload(raw: bytes | None, max_bytes: int) -> dict[str, Any] | Malfo
     if not isinstance(value, dict):
         return Malformed(f"event is a JSON {type(value).__name__}, not an object", text)
     return value
+
+
+def classify_failure(exc: BaseException, raw: bytes) -> Malformed:
+    """An event whose decoding or matching raised (nested too deep for the
+    decoder or the matcher, or anything unforeseen): it can never succeed either.
+    Only the exception's type is named: its text may quote the payload."""
+    kind = "nested too deeply" if isinstance(exc, RecursionError) else type(exc).__name__
+    return Malformed(
+        f"event could not be decoded or classified: {kind}",
+        raw[:256].decode("utf-8", "replace")
+        + (f"... ({len(raw)} bytes)" if len(raw) > 256 else ""),
+    )
 
 
 # --- dead-letter entries -------------------------------------------------------------
@@ -211,15 +234,18 @@ class BeginRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Classify + claim + (when nothing is claimed) settle, as one atomic step.
 
     ``classification`` is recorded once per message (``matched:<f1>,<f2>`` or
-    ``unmatched``); ``gates`` are every invocation field that must be terminal
-    before the ACK (the rules matching now); ``blocked`` keeps the message pending
-    (a matched function is still building)."""
+    ``unmatched``); ``gates`` are the invocation fields the current rules say must
+    be terminal before the ACK; every invocation the ledger already records gates
+    too, except ``released`` ones (their function or rule was deliberately removed
+    from a valid catalog); ``blocked`` keeps the message pending (a function it
+    needs is building or unavailable)."""
 
     context: MessageContext
     classification: str
     token: str
     claims: tuple[ClaimRequest, ...] = ()
     gates: tuple[str, ...] = ()
+    released: tuple[str, ...] = ()
     blocked: bool = False
 
 
@@ -271,11 +297,16 @@ class Settlement(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BeginResult(msgspec.Struct, frozen=True, kw_only=True):
-    """``newly_classified`` is true only for the first classification of the message."""
+    """``newly_classified`` is true only for the first classification of the message
+    (and for a re-send of that same call). ``unplanned``: invocations the ledger
+    records as not yet terminal that the request neither claimed, gated nor
+    released (a rule that no longer matches, a function that is not loaded): the
+    caller decides what each is and begins again with them."""
 
     newly_classified: bool
     statuses: tuple[ClaimStatus, ...]
     settlement: Settlement = Settlement()
+    unplanned: tuple[str, ...] = ()
 
 
 class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -289,11 +320,27 @@ class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FinishRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """The fenced results of one delivery's claims, then the settlement (``gates``,
+    ``released`` and ``blocked`` as in :class:`BeginRequest`)."""
+
     context: MessageContext
     token: str
     reports: tuple[AttemptReport, ...] = ()
     gates: tuple[str, ...] = ()
+    released: tuple[str, ...] = ()
     blocked: bool = False
+
+
+class RenewRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Extend ``field``'s claim (attempt ``attempt``, held by ``token``) so it
+    lasts ``lease_ms`` from now: a handler never starts on a lease too short
+    for its timeout."""
+
+    context: MessageContext
+    token: str
+    field: str
+    attempt: int
+    lease_ms: int
 
 
 class MalformedRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -308,9 +355,3 @@ def split_field(field: str) -> tuple[str, str]:
     """``function/handler`` -> (function, handler); function names have no ``/``."""
     function, _, handler = field.partition("/")
     return function, handler
-
-
-def exhaustion_reason(attempt: int, error: str) -> str:
-    """The DLQ ``reason`` of an invocation exhausted at ``attempt``."""
-    detail = error or "no result recorded"
-    return f"retries exhausted after {attempt} attempt(s): {detail}"

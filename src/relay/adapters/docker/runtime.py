@@ -36,6 +36,7 @@ from relay.adapters.docker.containers import (
 from relay.adapters.docker.direct import DirectSockets
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
 from relay.adapters.docker.pool import FunctionPool, Observer, PooledContainer
+from relay.application.ports import StartGuard
 from relay.domain.execution import (
     DISCARD_EVICTED,
     DISCARD_PROCESS_EXIT,
@@ -165,7 +166,9 @@ class DockerContainerRuntime:
     def functions(self) -> list[str]:
         return sorted(name for name, pool in self._pools.items() if not pool.removed)
 
-    async def invoke(self, request: InvocationRequest) -> InvocationResult:
+    async def invoke(
+        self, request: InvocationRequest, *, guard: StartGuard | None = None
+    ) -> InvocationResult:
         pool = self._pools.get(request.function)
         if pool is None or pool.removed or self._closed:
             raise RuntimeUnavailable(f'function "{request.function}" is not active')
@@ -175,6 +178,14 @@ class DockerContainerRuntime:
         container = pool.lease_idle()  # the warm path, without awaiting the pool
         if not isinstance(container, ExecutionContainer) or container.exited():
             container = await self._lease_live(pool, container)
+        if guard is not None:
+            try:
+                await guard()  # the claim must outlive the run (a slow start ate into it)
+            except BaseException:
+                reason = pool.release(container)
+                if reason is not None:
+                    await container.destroy()
+                raise
         begun = time.monotonic()
         try:
             ran = await self._run(container, request)

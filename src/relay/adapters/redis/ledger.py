@@ -1,14 +1,18 @@
 """The invocation ledger in Redis: every transition is one fenced Lua script.
 
-Three scripts carry a message from delivery to acknowledgment, so a handled event
-costs two ledger round trips (plus its share of one batched ``XREADGROUP``):
+The scripts carry out :mod:`relay.domain.ledger_rules` (the one specification;
+a property test runs both on the same random cases). Three carry a message from
+delivery to acknowledgment, so a handled event costs two ledger round trips (plus
+its share of one batched ``XREADGROUP``):
 
 - ``begin``: classify once (``HSETNX @class``), claim every eligible invocation
   with the delivery's random token and a deadline on the server clock, and, when
   nothing was claimed, settle the message (DLQ entries, XACK, TTL) right away;
 - ``finish``: apply each fenced result (``ok``, backoff, exhausted, or release of
   a claim that never ran), then settle;
-- ``malformed``: one placeholder DLQ entry per message (``@dlq``), then XACK.
+- ``malformed``: one placeholder DLQ entry per message (``@dlq``), then XACK;
+- ``renew`` (rare): extend a claim whose lease would not cover its handler's
+  timeout after a slow container start.
 
 Settling writes every missing DLQ entry together with its ``:dlq`` marker, then
 XACKs and gives the hash a TTL (``LEDGER_RETENTION``, 48 h by default); a failed DLQ
@@ -17,7 +21,7 @@ write leaves the message pending.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any, Final
 
@@ -34,6 +38,7 @@ from relay.domain.invocation import (
     Retry,
     Transition,
 )
+from relay.domain.ledger_rules import lua_constants
 from relay.domain.outcome import (
     BeginRequest,
     BeginResult,
@@ -42,6 +47,7 @@ from relay.domain.outcome import (
     FinishRequest,
     MalformedRequest,
     MessageContext,
+    RenewRequest,
     Settlement,
 )
 
@@ -52,12 +58,28 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def load_script(name: str) -> LuaScript:
-    """``lua/<name>.lua`` with the shared prelude ``lua/common.lua`` prepended."""
+def _lua_string(text: str) -> str:
+    """``text`` as a Lua string literal."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def script_source(name: str) -> str:
+    """The source of ``lua/<name>.lua``: the constants of the domain's rules (reason
+    texts, reserved names: defined once, in :mod:`relay.domain.ledger_rules`), the
+    shared prelude ``lua/common.lua``, then the script."""
     folder = resources.files("relay.adapters.redis").joinpath("lua")
+    constants = "".join(
+        f"local {key} = {_lua_string(value)}\n" for key, value in lua_constants().items()
+    )
     common = folder.joinpath("common.lua").read_text()
     body = folder.joinpath(f"{name}.lua").read_text()
-    return LuaScript(name, common + "\n" + body)
+    return constants + common + "\n" + body
+
+
+def load_script(name: str) -> LuaScript:
+    """The script ``name`` (see :func:`script_source`)."""
+    return LuaScript(name, script_source(name))
 
 
 def _transition_args(transition: Transition) -> tuple[str, str]:
@@ -90,12 +112,21 @@ def _settlement(reply: Sequence[Any], rejected: tuple[str, ...] = ()) -> Settlem
 class RedisInvocationLedger:
     """:class:`relay.application.ports.InvocationLedger` on Redis."""
 
-    def __init__(self, client: Redis, *, acked_ttl_s: int = ACKED_TTL_S) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        acked_ttl_s: int = ACKED_TTL_S,
+        scripts: Callable[[str], LuaScript] = load_script,
+    ) -> None:
+        """``scripts`` loads a script by name (tests give the scripts a clock of
+        their own through it; production uses :func:`load_script`)."""
         self._channel = ScriptChannel(dedicated_connection(client))
         self._ttl = str(acked_ttl_s)
-        self._begin = load_script("begin")
-        self._finish = load_script("finish")
-        self._malformed = load_script("malformed")
+        self._begin = scripts("begin")
+        self._finish = scripts("finish")
+        self._malformed = scripts("malformed")
+        self._renew = scripts("renew")
 
     @property
     def round_trips(self) -> int:
@@ -116,8 +147,15 @@ class RedisInvocationLedger:
         claims = _RS.join(
             _pack(c.field, str(c.max_attempts), str(c.lease_ms)) for c in request.claims
         )
-        args = [head, request.classification, request.token, claims, _records(request.gates)]
-        classified, statuses, settled = await self._channel.call(self._begin, keys, args)
+        args = [
+            head,
+            request.classification,
+            request.token,
+            claims,
+            _records(request.gates),
+            _records(request.released),
+        ]
+        classified, statuses, settled, unplanned = await self._channel.call(self._begin, keys, args)
         return BeginResult(
             newly_classified=int(classified) == 1,
             statuses=tuple(
@@ -132,6 +170,7 @@ class RedisInvocationLedger:
                 for s in statuses
             ),
             settlement=_settlement(settled),
+            unplanned=tuple(_text(f) for f in unplanned),
         )
 
     async def finish(self, request: FinishRequest) -> Settlement:
@@ -140,10 +179,25 @@ class RedisInvocationLedger:
         for report in request.reports:
             kind, arg = _transition_args(report.transition)
             reports.append(_pack(report.field, str(report.attempt), kind, arg))
-        args = [head, request.token, _RS.join(reports), _records(request.gates)]
+        args = [
+            head,
+            request.token,
+            _RS.join(reports),
+            _records(request.gates),
+            _records(request.released),
+        ]
         args += [report.error for report in request.reports]
-        settled, rejected = await self._channel.call(self._finish, keys, args)
-        return _settlement(settled, tuple(_text(r) for r in rejected))
+        settled, rejected, replayed = await self._channel.call(self._finish, keys, args)
+        acked, written, error = settled
+        return _settlement(
+            [acked, list(replayed) + list(written), error], tuple(_text(r) for r in rejected)
+        )
+
+    async def renew(self, request: RenewRequest) -> int:
+        ctx = request.context
+        keys = [invocation_key(ctx.stream, ctx.group, ctx.message_id)]
+        args = [request.field, str(request.attempt), request.token, str(request.lease_ms)]
+        return int(await self._channel.call(self._renew, keys, args))
 
     async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
         keys, head = self._head(request.context, False)

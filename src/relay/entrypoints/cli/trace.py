@@ -31,6 +31,7 @@ from relay.domain.invocation import (
     claimed_at_field,
     parse_marker,
 )
+from relay.domain.ledger_rules import parse_claim_stamp, parse_class_stamp
 from relay.domain.retention import StreamId
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import RedisSettings, load_redis_settings
@@ -161,7 +162,7 @@ def render_trace(facts: MessageFacts) -> list[str]:
         lines.append("Invocations:")
         width = max(len(name) for name in invocations)
         for name in invocations:
-            claimed_at = _int(facts.ledger.get(claimed_at_field(name)))
+            claimed_at = parse_claim_stamp(facts.ledger.get(claimed_at_field(name)))[0]
             state = describe_marker(facts.ledger[name], facts.now_ms, claimed_at)
             lines.append(f"  {name:<{width}}  {state}")
             reason = facts.ledger.get(f"@err:{name}")
@@ -236,7 +237,7 @@ def verdict(facts: MessageFacts) -> str:  # noqa: PLR0911 - one answer per situa
 def _all_settled(ledger: Mapping[str, str], markers: list[Marker | None]) -> bool:
     """Every matched function has an invocation and each one is completed or
     dead-lettered: what gates the XACK is done, only the XACK is missing."""
-    matched = ledger.get("@class", "")
+    matched = parse_class_stamp(ledger.get("@class"))[0] or ""
     if not markers or not matched.startswith("matched:"):
         return False
     recorded = {name.split("/", 1)[0] for name in ledger if not name.startswith("@")}
@@ -263,7 +264,7 @@ def _pending(facts: MessageFacts) -> str:
 
 
 def _classified(ledger: Mapping[str, str]) -> str:
-    value = ledger.get("@class")
+    value = parse_class_stamp(ledger.get("@class"))[0]
     if value is None:
         return "not yet"
     if value.startswith("matched:"):

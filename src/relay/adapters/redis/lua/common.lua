@@ -1,13 +1,21 @@
--- Shared prelude of Relay's ledger scripts (prepended to each script at load).
--- Marker encoding (see relay.domain.invocation):
+-- Shared prelude of Relay's ledger scripts (prepended to each script at load, after
+-- the constants the adapter generates from relay.domain: EXHAUSTED_REASON,
+-- EXPIRED_DETAIL, NO_RESULT_DETAIL, CLASS_FIELD, MALFORMED_FIELD).
+--
+-- These scripts carry out relay.domain.ledger_rules, the one specification of what
+-- each ledger call does; tests/contract/test_ledger_rules_vs_lua.py runs random
+-- sequences through both and requires identical results. Change both together.
+--
+-- Marker encoding (relay.domain.invocation):
 --   ok | running:<deadline_ms>#<attempt>#<token> | next_attempt_at:<deadline_ms>#<attempt>
 --   | exhausted:<attempt> | exhausted:<attempt>:dlq ; absent or unparsable = eligible.
 -- Reserved message-level fields start with '@' (function names cannot):
---   @class  the once-only classification (HSETNX)
+--   @class  the once-only classification, '<classification>#<token>'
 --   @dlq    the placeholder DLQ entry id of a malformed message
 --   @err:<function>/<handler>  the DLQ reason of an exhausted invocation
---   @at:<function>/<handler>   server time (ms) its current or last attempt was claimed
---                              (written with the claim; removed when a claim is released)
+--   @dlq:<function>/<handler>  the id of its DLQ entry, once written
+--   @at:<function>/<handler>   '<ms>#<token>': when its current or last attempt was
+--                              claimed (server clock) and by which token
 pcall(redis.replicate_commands)
 
 local function now_ms()
@@ -34,41 +42,87 @@ end
 
 local FS, RS = '\31', '\30'
 
--- ARGV[1] of every script: group, consumer, id, timestamp, ttl_s, blocked.
-local function header(packed)
-  local h = split(packed, FS)
-  return h[1], h[2], h[3], h[4], h[5], h[6]
-end
-
 local function fmt(n)
   return string.format('%d', n)
 end
 
--- kind, deadline, attempt, token_or_dlq
-local function parse(m)
-  if not m then return nil end
-  if m == 'ok' then return 'ok', 0, 0, nil end
-  local n, suffix = string.match(m, '^exhausted:(%d+)(.*)$')
-  if n then
-    if suffix == '' then return 'exhausted', 0, tonumber(n), false end
-    if suffix == ':dlq' then return 'exhausted', 0, tonumber(n), true end
-    return nil
-  end
-  local d, a, tok = string.match(m, '^running:(%d+)#(%d+)#([^#]+)$')
-  if d and tonumber(a) >= 1 then return 'running', tonumber(d), tonumber(a), tok end
-  d, a = string.match(m, '^next_attempt_at:(%d+)#(%d+)$')
-  if d and tonumber(a) >= 1 then return 'backoff', tonumber(d), tonumber(a), nil end
+-- A marker's number (relay.domain.invocation.parse_int): 1 to 15 ASCII digits.
+local function int(s)
+  if s and #s > 0 and #s <= 15 and not string.find(s, '%D') then return tonumber(s) end
   return nil
 end
 
-local function deliveries(stream, group, id)
-  local ok, p = pcall(redis.call, 'XPENDING', stream, group, id, id, 1)
+-- The part after the first '#' of a stamp ('' or none: nil).
+local function stamp_token(v)
+  if not v then return nil end
+  local i = string.find(v, '#', 1, true)
+  if not i or i == #v then return nil end
+  return string.sub(v, i + 1)
+end
+
+-- kind, deadline, attempt, token_or_dlq (relay.domain.invocation.parse_marker)
+local function parse(m)
+  if not m then return nil end
+  if m == 'ok' then return 'ok', 0, 0, nil end
+  local n = int(string.match(m, '^exhausted:(%d+)$'))
+  if n then return 'exhausted', 0, n, false end
+  n = int(string.match(m, '^exhausted:(%d+):dlq$'))
+  if n then return 'exhausted', 0, n, true end
+  local d, a, tok = string.match(m, '^running:(%d+)#(%d+)#([^#]+)$')
+  d, a = int(d), int(a)
+  if d and a and a >= 1 then return 'running', d, a, tok end
+  d, a = string.match(m, '^next_attempt_at:(%d+)#(%d+)$')
+  d, a = int(d), int(a)
+  if d and a and a >= 1 then return 'backoff', d, a, nil end
+  return nil
+end
+
+-- The message's ledger hash as a table; every write below goes to both.
+local function load_hash(key)
+  local flat = redis.call('HGETALL', key)
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+  return h
+end
+
+local function hset(c, h, f, v)
+  h[f] = v
+  redis.call('HSET', c.ledger, f, v)
+end
+
+local function hdel(c, h, f)
+  if h[f] ~= nil then
+    h[f] = nil
+    redis.call('HDEL', c.ledger, f)
+  end
+end
+
+local function is_invocation(f)
+  return string.sub(f, 1, 1) ~= '@'
+end
+
+local function set_of(list)
+  local s = {}
+  for _, v in ipairs(list) do s[v] = true end
+  return s
+end
+
+-- KEYS[1..3] and ARGV[1] of every script: ledger, stream, dlq; header =
+-- group FS consumer FS id FS timestamp FS ttl_s FS blocked.
+local function context(keys, packed)
+  local h = split(packed, FS)
+  return {ledger = keys[1], stream = keys[2], dlq = keys[3], group = h[1], consumer = h[2],
+    id = h[3], stamp = h[4], ttl = h[5], blocked = h[6]}
+end
+
+local function deliveries(c)
+  local ok, p = pcall(redis.call, 'XPENDING', c.stream, c.group, c.id, c.id, 1)
   if ok and p and p[1] then return p[1][4] end
   return 1
 end
 
-local function event_of(stream, id)
-  local r = redis.call('XRANGE', stream, id, id)
+local function event_of(c)
+  local r = redis.call('XRANGE', c.stream, c.id, c.id)
   if r[1] then
     local f = r[1][2]
     for i = 1, #f, 2 do
@@ -78,47 +132,67 @@ local function event_of(stream, id)
   return ''
 end
 
--- Settle the message if every gate is terminal: write the missing DLQ entries
--- (each with its ':dlq' marker in this same script), then XACK and set the TTL.
--- known: optional {field = marker, or false once deleted} this same script just
--- wrote, so those markers are not read back (one HGET fewer per handled event).
+local function acknowledge(c)
+  redis.call('XACK', c.stream, c.group, c.id)
+  redis.call('EXPIRE', c.ledger, c.ttl)
+end
+
+-- ledger_rules.settle: acknowledge if every gating invocation is terminal, writing
+-- the missing DLQ entries first (each with its ':dlq' marker and '@dlq:' id).
+-- Gating: the requested gates, then every recorded invocation (sorted), except
+-- released ones that are not exhausted.
 -- Returns {acked, written, dlq_error}; written = {{field, attempt, id, reason}...}
-local function settle(ledger, stream, dlq, group, consumer, id, stamp, ttl, blocked, gates,
-    known)
+local function settle(c, h, gates, released)
   local written = {}
-  if blocked == '1' then return {0, written, ''} end
-  local missing = {}
+  if c.blocked == '1' then return {0, written, ''} end
+  local gated, order = {}, {}
   for _, f in ipairs(gates) do
-    local marker = known and known[f]
-    if marker == nil then marker = redis.call('HGET', ledger, f) end
-    local kind, _, attempt, dl = parse(marker)
-    if kind ~= 'ok' then
-      if kind ~= 'exhausted' then return {0, written, ''} end
+    if not gated[f] then
+      gated[f] = true
+      table.insert(order, f)
+    end
+  end
+  local extra = {}
+  for f, _ in pairs(h) do
+    if is_invocation(f) and not gated[f] then table.insert(extra, f) end
+  end
+  table.sort(extra)
+  for _, f in ipairs(extra) do table.insert(order, f) end
+  local gone = {}
+  for _, f in ipairs(released) do
+    if not gated[f] then gone[f] = true end
+  end
+  local missing = {}
+  for _, f in ipairs(order) do
+    local kind, _, attempt, dl = parse(h[f])
+    if kind == 'exhausted' then
       if not dl then table.insert(missing, {f, attempt}) end
+    elseif kind ~= 'ok' and not gone[f] then
+      return {0, written, ''}
     end
   end
   if #missing > 0 then
-    local event = event_of(stream, id)
-    local count = deliveries(stream, group, id)
+    local event = event_of(c)
+    local count = deliveries(c)
     for _, m in ipairs(missing) do
       local f, attempt = m[1], m[2]
-      local slash = string.find(f, '/', 1, true)
+      local slash = string.find(f, '/', 1, true) or (#f + 1)
       local fn, handler = string.sub(f, 1, slash - 1), string.sub(f, slash + 1)
-      local reason = redis.call('HGET', ledger, '@err:' .. f)
-      if not reason then
-        reason = 'retries exhausted after ' .. fmt(attempt) .. ' attempt(s): no result recorded'
+      local reason = h['@err:' .. f]
+      if not reason or reason == '' then
+        reason = string.format(EXHAUSTED_REASON, attempt, NO_RESULT_DETAIL)
       end
-      local res = redis.pcall('XADD', dlq, '*',
-        'original_stream', stream, 'original_id', id, 'group', group,
-        'consumer', consumer, 'event', event, 'reason', reason,
+      local res = redis.pcall('XADD', c.dlq, '*',
+        'original_stream', c.stream, 'original_id', c.id, 'group', c.group,
+        'consumer', c.consumer, 'event', event, 'reason', reason,
         'function', fn, 'handler', handler, 'deliveries', fmt(count),
-        'handler_attempts', fmt(attempt), 'timestamp', stamp)
+        'handler_attempts', fmt(attempt), 'timestamp', c.stamp)
       if type(res) == 'table' and res.err then return {0, written, res.err} end
-      redis.call('HSET', ledger, f, 'exhausted:' .. fmt(attempt) .. ':dlq')
+      hset(c, h, f, 'exhausted:' .. fmt(attempt) .. ':dlq')
+      hset(c, h, '@dlq:' .. f, res)
       table.insert(written, {f, attempt, res, reason})
     end
   end
-  redis.call('XACK', stream, group, id)
-  redis.call('EXPIRE', ledger, ttl)
+  acknowledge(c)
   return {1, written, ''}
 end

@@ -1,19 +1,18 @@
--- malformed: write the message's one placeholder DLQ entry (once), then XACK.
+-- malformed (ledger_rules.dead_letter_malformed): write the message's one placeholder
+-- DLQ entry (once), then XACK.
 -- KEYS: ledger, stream, dlq
 -- ARGV: header, reason, event
-local ledger, stream, dlq = KEYS[1], KEYS[2], KEYS[3]
-local group, consumer, id, stamp, ttl = header(ARGV[1])
+local c = context(KEYS, ARGV[1])
 local written = {}
-if redis.call('HEXISTS', ledger, '@dlq') == 0 then
-  local res = redis.pcall('XADD', dlq, '*',
-    'original_stream', stream, 'original_id', id, 'group', group,
-    'consumer', consumer, 'event', ARGV[3], 'reason', ARGV[2],
-    'function', '-', 'handler', '-', 'deliveries', fmt(deliveries(stream, group, id)),
-    'handler_attempts', '0', 'timestamp', stamp)
+if redis.call('HEXISTS', c.ledger, MALFORMED_FIELD) == 0 then
+  local res = redis.pcall('XADD', c.dlq, '*',
+    'original_stream', c.stream, 'original_id', c.id, 'group', c.group,
+    'consumer', c.consumer, 'event', ARGV[3], 'reason', ARGV[2],
+    'function', '-', 'handler', '-', 'deliveries', fmt(deliveries(c)),
+    'handler_attempts', '0', 'timestamp', c.stamp)
   if type(res) == 'table' and res.err then return {0, written, res.err} end
-  redis.call('HSET', ledger, '@dlq', res)
+  redis.call('HSET', c.ledger, MALFORMED_FIELD, res)
   table.insert(written, {'-', 0, res, ARGV[2]})
 end
-redis.call('XACK', stream, group, id)
-redis.call('EXPIRE', ledger, ttl)
+acknowledge(c)
 return {1, written, ''}

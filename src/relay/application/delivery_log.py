@@ -1,0 +1,150 @@
+"""The log lines of delivery: one subscriber of the dispatch's domain events.
+
+Every line an operator reads about a message's invocations comes from here, so a
+line and the metric fed by the same event can never disagree. Event names are
+stable snake_case (docs/operations.md lists them); the dispatcher binds
+``message_id`` (and ``function``, ``handler``, ``attempt`` while an attempt runs)
+as log context, so lines from deeper layers carry them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from relay.application.bus import MessageBus
+from relay.domain import events as ev
+from relay.domain.messages import DomainEvent
+
+_log = structlog.get_logger("relay.application.dispatch")
+
+
+def _attempt_fields(
+    e: ev.InvocationSucceeded | ev.InvocationFailed | ev.InvocationExhausted,
+) -> dict[str, Any]:
+    return {
+        "function": e.function,
+        "handler": e.handler,
+        "message_id": e.message_id,
+        "attempt": e.attempt,
+        "duration_s": e.duration_s,
+    }
+
+
+def _started(e: ev.InvocationStarted) -> None:
+    _log.debug(
+        "invocation_started",
+        function=e.function,
+        handler=e.handler,
+        message_id=e.message_id,
+        attempt=e.attempt,
+    )
+
+
+def _succeeded(e: ev.InvocationSucceeded) -> None:
+    _log.info("invocation_succeeded", **_attempt_fields(e))
+
+
+def _failed(e: ev.InvocationFailed) -> None:
+    _log.warning(
+        "invocation_failed",
+        **_attempt_fields(e),
+        error=e.error,
+        exit_code=e.exit_code,
+        retry_in_s=e.retry_in_s,
+    )
+
+
+def _exhausted(e: ev.InvocationExhausted) -> None:
+    _log.error("invocation_exhausted", **_attempt_fields(e), error=e.error, exit_code=e.exit_code)
+
+
+def _deferred(e: ev.InvocationDeferred) -> None:
+    # Nothing ran and nothing is charged; without this line an operator would
+    # see only a message that stays pending.
+    _log.warning(
+        "invocation_deferred",
+        function=e.function,
+        handler=e.handler,
+        message_id=e.message_id,
+        reason=e.reason,
+    )
+
+
+def _fenced(e: ev.InvocationFenced) -> None:
+    # The result itself is not logged: this line says it did not count.
+    _log.warning(
+        "invocation_fenced",
+        function=e.function,
+        handler=e.handler,
+        message_id=e.message_id,
+        attempt=e.attempt,
+    )
+
+
+def _crashed(e: ev.InvocationCrashed) -> None:
+    _log.error(
+        "invocation_crashed",
+        function=e.function,
+        handler=e.handler,
+        message_id=e.message_id,
+        exc_info=e.exc,
+    )
+
+
+def _renewed(e: ev.LeaseRenewed) -> None:
+    _log.info(
+        "lease_renewed",
+        function=e.function,
+        handler=e.handler,
+        message_id=e.message_id,
+        attempt=e.attempt,
+        remaining_ms=e.remaining_ms,
+        lease_ms=e.lease_ms,
+    )
+
+
+def _malformed(e: ev.EventMalformed) -> None:
+    _log.warning("event_malformed", message_id=e.message_id, reason=e.reason)
+
+
+def _ledger_unavailable(e: ev.LedgerUnavailable) -> None:
+    _log.warning("ledger_unavailable", message_id=e.message_id, call=e.call, error=e.error)
+
+
+def _dead_lettered(e: ev.MessageDeadLettered) -> None:
+    _log.error(
+        "message_dead_lettered",
+        message_id=e.message_id,
+        function=e.function,
+        handler=e.handler,
+        entry_id=e.entry_id,
+    )
+
+
+def _dlq_failed(e: ev.DeadLetterWriteFailed) -> None:
+    _log.error("dead_letter_write_failed", message_id=e.message_id, error=e.error)
+
+
+LINES: dict[type[DomainEvent], Callable[[Any], None]] = {
+    ev.InvocationStarted: _started,
+    ev.InvocationSucceeded: _succeeded,
+    ev.InvocationFailed: _failed,
+    ev.InvocationExhausted: _exhausted,
+    ev.InvocationDeferred: _deferred,
+    ev.InvocationFenced: _fenced,
+    ev.InvocationCrashed: _crashed,
+    ev.LeaseRenewed: _renewed,
+    ev.EventMalformed: _malformed,
+    ev.LedgerUnavailable: _ledger_unavailable,
+    ev.MessageDeadLettered: _dead_lettered,
+    ev.DeadLetterWriteFailed: _dlq_failed,
+}
+
+
+def subscribe_delivery_log(bus: MessageBus) -> None:
+    """Register the delivery log lines on ``bus`` (all synchronous)."""
+    for kind, line in LINES.items():
+        bus.subscribe(kind, line)
