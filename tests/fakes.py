@@ -130,12 +130,14 @@ class InMemoryContainerRuntime:
     ``requests`` records every invocation that started, ``active`` the (image,
     runtime, capacity) per function, ``running``/``max_running`` concurrent
     invocations. ``start_delay_s[function]`` advances ``clock`` before the
-    start guard runs, as a slow container start would.
+    start guard runs, as a slow container start would; ``during_start[function]``
+    (once) runs then too, for what another worker does meanwhile.
     """
 
     def __init__(self, clock: FakeClock | None = None) -> None:
         self.clock = clock
         self.start_delay_s: dict[str, float] = {}
+        self.during_start: dict[str, Callable[[], Awaitable[None]]] = {}
         self.script: dict[str, ScriptedOutcome] = {}
         self.requests: list[InvocationRequest] = []
         self.active: dict[str, tuple[str, str, int]] = {}
@@ -159,6 +161,9 @@ class InMemoryContainerRuntime:
         start = self.start_delay_s.get(request.function, 0.0)
         if start and self.clock is not None:
             self.clock.advance(start)  # a slow container start, on the world's clock
+        meanwhile = self.during_start.pop(request.function, None)
+        if meanwhile is not None:
+            await meanwhile()
         if guard is not None:
             await guard()
         self.requests.append(request)

@@ -17,6 +17,7 @@ from relay.domain.outcome import (
     ClaimRequest,
     FinishRequest,
     MalformedRequest,
+    RenewRequest,
     Settlement,
 )
 from tests.contract.conftest import Harness
@@ -337,3 +338,67 @@ async def test_malformed_with_an_unwritable_dlq_stays_pending(harness: Harness) 
     await harness.repair_dlq()
     assert (await harness.ledger.dead_letter_malformed(request)).acknowledged
     assert len(await harness.dlq()) == 1
+
+
+async def test_a_re_sent_begin_returns_its_own_claim_and_burns_no_attempt(harness: Harness) -> None:
+    """Defect 6 of the review: a begin re-sent after a connection break found its own
+    claim, took it for someone else's and ran nothing; the claim then expired and
+    was counted (with ``retries: 0``, dead-lettered without ever running)."""
+    m = await harness.deliver()
+    first = await begin(harness, m.id, "t1", max_attempts=1)
+    again = await begin(harness, m.id, "t1", max_attempts=1)
+    assert again.statuses == first.statuses
+    assert again.statuses[0].status == "claimed"
+    assert again.newly_classified  # the classification this call made, reported again
+    settled = await finish(harness, m.id, "t1", (report(A, 1, Complete()),))
+    assert settled.acknowledged
+    assert (await harness.hash(m.id))[A] == "ok"
+
+
+async def test_a_re_sent_finish_is_not_taken_for_a_stale_worker(harness: Harness) -> None:
+    """Defect 6 of the review: a finish re-sent after it was applied was reported
+    as fenced, and the exhaustion and its DLQ entry went unreported."""
+    m = await harness.deliver()
+    await begin(harness, m.id, "t1", max_attempts=1)
+    reports = (report(A, 1, Exhaust(), "retries exhausted after 1 attempt(s): boom"),)
+    first = await finish(harness, m.id, "t1", reports)
+    again = await finish(harness, m.id, "t1", reports)
+    assert first.rejected == again.rejected == ()
+    assert first.acknowledged
+    assert again.acknowledged
+    assert [d.field for d in first.dead_lettered] == [A]
+    assert [(d.field, d.entry_id) for d in again.dead_lettered] == [
+        (d.field, d.entry_id) for d in first.dead_lettered
+    ]
+    assert len(await harness.dlq()) == 1
+
+
+async def test_a_re_sent_retry_and_release_are_applied_once(harness: Harness) -> None:
+    m = await harness.deliver()
+    await begin(harness, m.id, "t1", (A, B), gates=(A, B))
+    reports = (report(A, 1, Retry(60_000)), report(B, 1, Release("")))
+    first = await finish(harness, m.id, "t1", reports, gates=(A, B))
+    h = await harness.hash(m.id)
+    again = await finish(harness, m.id, "t1", reports, gates=(A, B))
+    assert first.rejected == again.rejected == ()
+    assert await harness.hash(m.id) == h
+
+
+async def test_renew_extends_only_the_holders_claim(harness: Harness) -> None:
+    m = await harness.deliver()
+    started = await begin(harness, m.id, "t1")
+    until = started.statuses[0].until_ms
+    mine = RenewRequest(
+        context=harness.ctx(m.id), token="t1", field=A, attempt=1, lease_ms=10 * 60_000
+    )
+    renewed = await harness.ledger.renew(mine)
+    assert renewed > until
+    assert (await harness.hash(m.id))[A] == f"running:{renewed}#1#t1"
+    stale = RenewRequest(context=harness.ctx(m.id), token="t0", field=A, attempt=1, lease_ms=1)
+    assert await harness.ledger.renew(stale) == 0
+    wrong_attempt = RenewRequest(
+        context=harness.ctx(m.id), token="t1", field=A, attempt=2, lease_ms=1
+    )
+    assert await harness.ledger.renew(wrong_attempt) == 0
+    await finish(harness, m.id, "t1", (report(A, 1, Complete()),))
+    assert await harness.ledger.renew(mine) == 0  # finished: nothing to extend

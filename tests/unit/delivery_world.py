@@ -39,6 +39,10 @@ DELIVERY_EVENTS: tuple[type[DomainEvent], ...] = (
     ev.MessageAcknowledged,
     ev.MessageKeptPending,
     ev.PendingEntryDropped,
+    ev.LeaseRenewed,
+    ev.EventMalformed,
+    ev.LedgerUnavailable,
+    ev.InvocationCrashed,
 )
 
 
