@@ -217,3 +217,20 @@ async def test_a_ledger_outage_during_renewal_releases_the_claim_uncharged() -> 
     assert "users/h.handler" not in h  # released: attempt 1 was never charged
     [deferred] = world.of(ev.InvocationDeferred)
     assert deferred.reason == "lease_unrenewable"
+
+
+async def test_a_template_that_cannot_be_read_holds_new_events_it_might_match() -> None:
+    """It might match them; nothing is acknowledged until it is fixed, while every
+    other function still runs."""
+    world = World()
+    world.function("users", {"events": [rule("h.handler", {"table": ["users"]})]})
+    world.registry.mark_unavailable("broken")  # its template.yaml does not parse
+    unmatched = await world.deliver(b'{"table": "orders"}')
+    matched = await world.deliver(b'{"table": "users"}')
+    assert (unmatched.acknowledged, unmatched.outcome) == (False, "function_unavailable")
+    assert (matched.acknowledged, matched.outcome) == (False, "function_unavailable")
+    assert world.handlers_run() == ["users/h.handler"]  # the others are not held back
+    world.function("broken", {"events": [rule("b.handler", {"table": ["orders"]})]})  # fixed
+    assert (await world.redeliver(unmatched.message_id)).outcome == "completed"
+    assert (await world.redeliver(matched.message_id)).outcome == "completed"
+    assert world.handlers_run() == ["users/h.handler", "broken/b.handler"]  # nothing re-ran

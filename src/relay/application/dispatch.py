@@ -236,7 +236,14 @@ class MessageDispatcher:
             if fn is not None and field not in plan:
                 plan[field] = _Planned(field, match.function, match.rule, fn.template, fn.ready)
         planned = tuple(plan.values())
-        return _Plan(invocations=planned, functions=unique_in_order(p.function for p in planned))
+        return _Plan(
+            invocations=planned,
+            functions=unique_in_order(p.function for p in planned),
+            # A template that cannot be read might match this event: nothing is
+            # acknowledged until it is fixed or its directory removed (everything
+            # else still runs). Before the first scan, nothing is known yet.
+            waiting=bool(catalog.unavailable) or not catalog.complete,
+        )
 
     def _replan(self, plan: _Plan, unplanned: tuple[str, ...]) -> _Plan:
         """Decide what each recorded, unplanned invocation is: run again (its rule
@@ -262,7 +269,7 @@ class MessageDispatcher:
             invocations=plan.invocations + tuple(extra),
             functions=plan.functions,
             released=tuple(released),
-            waiting=waiting,
+            waiting=waiting or plan.waiting,
         )
 
     # --- 2. claim -----------------------------------------------------------------
@@ -334,7 +341,7 @@ class MessageDispatcher:
         to_run = [s for s in started.statuses if s.status == CLAIMED]
         if not to_run:
             settlement = started.settlement
-            waiting = pending_reason(started.statuses, plan.blocked)
+            waiting = pending_reason(started.statuses, plan.blocked, waiting=plan.waiting)
             outcome = outcome_name(settlement, bool(plan.invocations), waiting)
             self._publish(settlement_events(ctx.message_id, settlement, outcome=outcome))
             return self._report(ctx, settlement.acknowledged, outcome)
@@ -474,7 +481,9 @@ class MessageDispatcher:
         fallback = (
             ""
             if settled.acknowledged
-            else pending_reason(statuses, plan.blocked, [r.report for r in runs])
+            else pending_reason(
+                statuses, plan.blocked, [r.report for r in runs], waiting=plan.waiting
+            )
         )
         outcome = outcome_name(settled, True, fallback)
         self._publish(settlement_events(ctx.message_id, settled, outcome=outcome))

@@ -49,9 +49,13 @@ def pending_reason(
     statuses: tuple[ClaimStatus, ...],
     blocked: bool,
     reports: list[AttemptReport] | None = None,
+    *,
+    waiting: bool = False,
 ) -> str:
     if any(isinstance(r.transition, Release) for r in reports or ()):
         return "deferred"
+    if waiting:
+        return "function_unavailable"
     if blocked:
         return "building"
     if any(isinstance(r.transition, Retry) for r in reports or ()):

@@ -289,7 +289,8 @@ class MessageAcknowledged(DomainEvent, frozen=True, kw_only=True):
 
 class MessageKeptPending(DomainEvent, frozen=True, kw_only=True):
     """The message stays pending (``reason``: ``retrying``, ``in_progress``,
-    ``building``, ``deferred``, ``dlq_failed`` or ``claim_failed``)."""
+    ``building``, ``function_unavailable``, ``deferred``, ``dlq_failed`` or
+    ``claim_failed``)."""
 
     message_id: str
     reason: str
