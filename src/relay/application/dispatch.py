@@ -61,6 +61,7 @@ from relay.domain.execution import (
     InvocationResult,
     SlotUnavailable,
     clamp_timeout_ns,
+    crashed,
     failure_message,
 )
 from relay.domain.invocation import (
@@ -362,7 +363,9 @@ class MessageDispatcher:
             return InvocationResult(ok=False, error=failure_message(fn, handler, str(exc)))
         except Exception as exc:  # noqa: BLE001 - an adapter bug is a failed attempt, never a lost message
             _log.exception("invocation_crashed", function=fn, handler=handler)
-            return InvocationResult(ok=False, error=failure_message(fn, handler, repr(exc)))
+            # The type only: an exception's repr can hold what it was given (a
+            # secret's bytes), and this text goes to the ledger and the DLQ.
+            return InvocationResult(ok=False, error=failure_message(fn, handler, crashed(exc)))
 
 
 def _finish_request(
