@@ -96,6 +96,28 @@ def test_validate_yaml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
     assert "invalid YAML" in line
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("concurrency: 2024-02-30", '"2024-02-30" is not a valid date or time'),
+        ("concurrency: 2024-01-01 25:61:61", '"2024-01-01 25:61:61" is not a valid date'),
+        (f"concurrency: {'7' * 4301}", "has 4301 digits, more than the 4300 allowed"),
+        ("runtime: node24", 'duplicate key "runtime" (first at line 1)'),
+    ],
+)
+def test_validate_shows_a_template_the_yaml_loader_cannot_read_as_one_line(
+    functions: Path, line: str, expected: str
+) -> None:
+    directory = function(functions, "odd", f"runtime: node24\n{line}\nevents: []\n")
+    result = run("function", "validate", str(functions))
+    assert result.returncode == 1
+    assert result.stderr == ""
+    odd, ok = result.stdout.splitlines()
+    assert odd.startswith(f"odd: {directory / 'template.yaml'}:2: invalid YAML: ")
+    assert expected in odd
+    assert ok == "ok user-events"  # the other function is still validated
+
+
 def test_validate_missing_path_fails(functions: Path, tmp_path: Path) -> None:
     result = run("function", "validate", str(functions), str(tmp_path / "nope"))
     assert result.returncode == 1
