@@ -21,6 +21,7 @@ import secrets as _random
 import stat
 from pathlib import Path
 
+from relay.adapters.fs.private import private_directory
 from relay.domain.errors import InvalidNameError, RelayError
 from relay.domain.execution import SecretNotFound
 
@@ -91,7 +92,7 @@ class FileSecretStore:
         except FileNotFoundError:
             if not create:
                 return False
-            self.directory.parent.mkdir(parents=True, exist_ok=True)
+            private_directory(self.directory.parent)  # the state dir: 0700 when made here
             with contextlib.suppress(FileExistsError):
                 os.mkdir(self.directory, 0o700)
             info = os.lstat(self.directory)
@@ -140,6 +141,7 @@ class FileSecretStore:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(tmp, flags, 0o600)
         try:
+            os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask took away
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
