@@ -59,7 +59,10 @@ def function(root: Path, name: str, template: str) -> Path:
 @pytest.fixture
 def functions(tmp_path: Path) -> Path:
     root = tmp_path / "functions"
-    function(root, "user-events", USER_EVENTS)
+    user_events = function(root, "user-events", USER_EVENTS)
+    (user_events / "events").mkdir()
+    for module in ("created", "recent"):
+        (user_events / "events" / f"{module}.py").write_text("def handler(event):\n    pass\n")
     (root / "not-a-function").mkdir()  # no template.yaml: ignored
     return root
 
@@ -243,6 +246,26 @@ def test_validate_checks_what_the_build_would_refuse(tmp_path: Path) -> None:
     assert run("function", "validate", str(node)).stdout == "ok welcome\n"
     (node / ".gitignore").write_text("Dockerfile\n")
     assert "excluded by .gitignore" in run("function", "validate", str(node)).stdout
+
+
+@pytest.mark.parametrize(
+    ("runtime", "looked_for"),
+    [("python3.14", "handler.py, handler/__init__.py"), ("node24", "handler.mjs, handler.js")],
+)
+def test_validate_checks_the_handler_module_of_both_runtimes(
+    tmp_path: Path, runtime: str, looked_for: str
+) -> None:
+    template = f"runtime: {runtime}\nevents:\n  - handler: handler.main\n    pattern: {{a: [1]}}\n"
+    directory = function(tmp_path, "fn", template)
+    result = run("function", "validate", str(directory))
+    assert result.returncode == 1
+    [line] = result.stdout.splitlines()
+    assert line.startswith(f"fn: handler module 'handler' not found (looked for {looked_for}")
+    if runtime == "python3.14":
+        (directory / "handler.py").write_text("def main(event):\n    pass\n")
+    else:
+        (directory / "handler.js").write_text("export function main() {}\n")
+    assert run("function", "validate", str(directory)).stdout == "ok fn\n"
 
 
 def test_match_at_a_given_instant(functions: Path) -> None:
