@@ -59,7 +59,10 @@ def function(root: Path, name: str, template: str) -> Path:
 @pytest.fixture
 def functions(tmp_path: Path) -> Path:
     root = tmp_path / "functions"
-    function(root, "user-events", USER_EVENTS)
+    user_events = function(root, "user-events", USER_EVENTS)
+    (user_events / "events").mkdir()
+    for module in ("created", "recent"):
+        (user_events / "events" / f"{module}.py").write_text("def handler(event):\n    pass\n")
     (root / "not-a-function").mkdir()  # no template.yaml: ignored
     return root
 
@@ -94,6 +97,28 @@ def test_validate_yaml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
     (line,) = result.stdout.splitlines()
     assert line.startswith(f"fn: {directory / 'template.yaml'}:")
     assert "invalid YAML" in line
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("concurrency: 2024-02-30", '"2024-02-30" is not a valid date or time'),
+        ("concurrency: 2024-01-01 25:61:61", '"2024-01-01 25:61:61" is not a valid date'),
+        (f"concurrency: {'7' * 4301}", "has 4301 digits, more than the 4300 allowed"),
+        ("runtime: node24", 'duplicate key "runtime" (first at line 1)'),
+    ],
+)
+def test_validate_shows_a_template_the_yaml_loader_cannot_read_as_one_line(
+    functions: Path, line: str, expected: str
+) -> None:
+    directory = function(functions, "odd", f"runtime: node24\n{line}\nevents: []\n")
+    result = run("function", "validate", str(functions))
+    assert result.returncode == 1
+    assert result.stderr == ""
+    odd, ok = result.stdout.splitlines()
+    assert odd.startswith(f"odd: {directory / 'template.yaml'}:2: invalid YAML: ")
+    assert expected in odd
+    assert ok == "ok user-events"  # the other function is still validated
 
 
 def test_validate_missing_path_fails(functions: Path, tmp_path: Path) -> None:
@@ -221,6 +246,26 @@ def test_validate_checks_what_the_build_would_refuse(tmp_path: Path) -> None:
     assert run("function", "validate", str(node)).stdout == "ok welcome\n"
     (node / ".gitignore").write_text("Dockerfile\n")
     assert "excluded by .gitignore" in run("function", "validate", str(node)).stdout
+
+
+@pytest.mark.parametrize(
+    ("runtime", "looked_for"),
+    [("python3.14", "handler.py, handler/__init__.py"), ("node24", "handler.mjs, handler.js")],
+)
+def test_validate_checks_the_handler_module_of_both_runtimes(
+    tmp_path: Path, runtime: str, looked_for: str
+) -> None:
+    template = f"runtime: {runtime}\nevents:\n  - handler: handler.main\n    pattern: {{a: [1]}}\n"
+    directory = function(tmp_path, "fn", template)
+    result = run("function", "validate", str(directory))
+    assert result.returncode == 1
+    [line] = result.stdout.splitlines()
+    assert line.startswith(f"fn: handler module 'handler' not found (looked for {looked_for}")
+    if runtime == "python3.14":
+        (directory / "handler.py").write_text("def main(event):\n    pass\n")
+    else:
+        (directory / "handler.js").write_text("export function main() {}\n")
+    assert run("function", "validate", str(directory)).stdout == "ok fn\n"
 
 
 def test_match_at_a_given_instant(functions: Path) -> None:

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
+import subprocess
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 import redis
 
+from relay.adapters.redis.keys import dlq_key, invocation_key
 from tests.e2e.conftest import WorkerFactory
-from tests.e2e.harness import RelayWorker, run_relay, wait_until
+from tests.e2e.harness import RELAY, RelayWorker, run_relay, send_event, wait_until
+from tests.e2e.harness import text as reply_text
 
 pytestmark = pytest.mark.e2e
 
@@ -116,6 +121,65 @@ def test_secret_values_reach_only_the_handler(
     for canary in canaries:
         for text in written:
             assert canary not in text
+
+
+def test_a_secret_that_is_not_utf8_fails_the_invocation_and_its_bytes_appear_nowhere(
+    relay_worker: WorkerFactory,
+    functions_dir: Path,
+    worker_env: dict[str, str],
+    sync_redis: redis.Redis,
+    unique: str,
+) -> None:
+    write_function(functions_dir)
+    template = functions_dir / FUNCTION / "template.yaml"
+    template.write_text(TEMPLATE.replace("kind: [digest]", "kind: [digest]\n    retries: 0"))
+    worker = relay_worker()
+    canary = f"canary-{unique}-binary"
+    # Written past `relay secret set` (which refuses it, below): a file someone
+    # copied into the store, invalid UTF-8 on both sides of the canary.
+    set_secret(worker, "placeholder")
+    secret_file = worker.state_dir / "secrets" / "api-key"
+    secret_file.write_bytes(b"\xff\xfe" + canary.encode() + b"\x80")
+    os.chmod(secret_file, 0o600)
+    stream, group = worker_env["REDIS_STREAM"], worker_env["REDIS_GROUP"]
+    message_id = send_event(sync_redis, stream, {"kind": "digest", "n": 1})
+    worker.wait_for(r"msg=message_dead_lettered")
+    entries: Any = sync_redis.xrange(dlq_key(stream))
+    [(raw_entry_id, raw_fields)] = entries
+    entry_id = reply_text(raw_entry_id)
+    dead_letter = {reply_text(k): reply_text(v) for k, v in raw_fields.items()}
+    assert 'secret "api-key" is not valid UTF-8 text' in dead_letter["reason"]
+    raw_ledger: Any = sync_redis.hgetall(invocation_key(stream, group, message_id))
+    ledger = {reply_text(k): reply_text(v) for k, v in raw_ledger.items()}
+    refused = subprocess.run(
+        [RELAY, "secret", "set", "api-key"],
+        env={**os.environ, **worker.admin_env},
+        input=b"\xff" + canary.encode(),
+        capture_output=True,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert b'secret "api-key" is not valid UTF-8 text' in refused.stderr + refused.stdout
+    shown = [
+        run_relay(["dlq", "ls"], worker.admin_env),
+        run_relay(["dlq", "inspect", entry_id], worker.admin_env),
+        run_relay(["trace", message_id], worker.admin_env),
+        run_relay(["function", "inspect", FUNCTION], worker.admin_env),
+    ]
+    assert worker.stop() == 0
+    written = [
+        "\n".join(worker.output()),
+        json.dumps(dead_letter),
+        json.dumps(ledger),
+        (refused.stdout + refused.stderr).decode("latin-1"),
+        *(result.stdout + result.stderr for result in shown),
+    ]
+    state = worker.state_dir
+    written += [p.read_bytes().decode("latin-1") for p in files_under(state, state / "secrets")]
+    assert secret_file.read_bytes().startswith(b"\xff\xfe")  # the refused set changed nothing
+    for text in written:
+        assert canary not in text
+        assert "\\xff" not in text
 
 
 def test_a_killed_workers_container_stops_by_itself(

@@ -8,6 +8,7 @@ from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
 from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher, MessageReport
+from relay.application.ports import SecretStore
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.domain import events as ev
 from relay.domain.commands import DispatchMessage
@@ -47,7 +48,13 @@ DELIVERY_EVENTS: tuple[type[DomainEvent], ...] = (
 
 
 class World:
-    def __init__(self, *, max_event_bytes: int = 1024, slot_wait_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        *,
+        max_event_bytes: int = 1024,
+        slot_wait_s: float = 0.05,
+        secrets: SecretStore | None = None,
+    ) -> None:
         self.clock = FakeClock()
         self.stream = InMemoryEventStream(self.clock)
         self.dlq = InMemoryDeadLetterQueue()
@@ -64,7 +71,7 @@ class World:
             registry=self.registry,
             runtime=self.runtime,
             slots=self.slots,
-            secrets=self.secrets,
+            secrets=secrets if secrets is not None else self.secrets,
             clock=self.clock,
             tokens=SequentialTokens(),
             max_event_bytes=max_event_bytes,

@@ -267,3 +267,4 @@ def test_recovery_cadence_defaults_and_test_knobs() -> None:
     )
     assert (fast.recovery.interval_s, fast.recovery.min_idle_ms) == (0.5, 1000)
     assert "test-only" in rejects("RELAY_TEST_RECOVERY_INTERVAL", "0s")
+

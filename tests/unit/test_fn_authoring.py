@@ -15,6 +15,7 @@ def make(root: Path, name: str, text: str = TEMPLATE) -> Path:
     directory = root / name
     directory.mkdir(parents=True)
     (directory / "template.yaml").write_text(text)
+    (directory / "a.py").write_text("def b(event):\n    pass\n")  # TEMPLATE's module
     return directory
 
 
@@ -65,3 +66,44 @@ def test_explain_matches_lines(tmp_path: Path) -> None:
         'no     fn  a.b: pattern.t: "y" is not one of ["x"]',
         "0 of 1 event rule matched",
     ]
+
+
+PY_RULES = (
+    "runtime: python3.14\nevents:\n"
+    "  - handler: events.created.handler\n    pattern: {t: [x]}\n"
+    "  - handler: jobs.handler\n    pattern: {t: [y]}\n"
+)
+NODE_RULES = PY_RULES.replace("python3.14", "node24")
+
+
+@pytest.mark.parametrize(
+    ("template", "looked_for"),
+    [
+        (PY_RULES, "events/created.py, events/created/__init__.py"),
+        (NODE_RULES, "events/created.mjs, events/created.js"),
+    ],
+)
+def test_a_handler_module_that_does_not_exist_is_a_problem_in_both_runtimes(
+    tmp_path: Path, template: str, looked_for: str
+) -> None:
+    directory = tmp_path / "fn"
+    directory.mkdir()
+    (directory / "template.yaml").write_text(template)
+    loaded = load("fn", directory)
+    assert loaded.template is None
+    [problem] = loaded.problems  # the first missing module; the build refuses the same way
+    assert problem.startswith("handler module 'events.created' not found (looked for ")
+    assert looked_for in problem
+
+
+def test_python_modules_may_be_files_of_a_namespace_package_or_packages(tmp_path: Path) -> None:
+    directory = tmp_path / "fn"
+    (directory / "events").mkdir(parents=True)  # no __init__.py: a namespace package
+    (directory / "template.yaml").write_text(PY_RULES)
+    (directory / "events" / "created.py").write_text("def handler(event):\n    pass\n")
+    (directory / "jobs").mkdir()
+    (directory / "jobs" / "__init__.py").write_text("def handler(event):\n    pass\n")
+    assert load("fn", directory).problems == ()
+    (directory / ".gitignore").write_text("jobs/\n")  # not in the image: not importable there
+    [problem] = load("fn", directory).problems
+    assert problem.startswith("handler module 'jobs' not found")

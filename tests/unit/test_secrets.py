@@ -148,3 +148,61 @@ def test_cli_set_ls_rm_never_prints_the_value(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["secret", "set", "Bad/Name"], input="x", env=env)
     assert bad.exit_code == 1
     assert "Traceback" not in bad.output
+
+
+NOT_UTF8 = b"\xff\xfe" + b"canary-90ab" + b"\x80"
+
+
+def test_a_file_that_is_not_utf8_is_refused_naming_the_secret_only(
+    store: FileSecretStore,
+) -> None:
+    store.set("api-key", "x")
+    (store.directory / "api-key").write_bytes(NOT_UTF8)
+    with pytest.raises(SecretStoreError) as caught:
+        store.get("api-key")
+    message = str(caught.value)
+    assert message.startswith('secret "api-key" is not valid UTF-8 text')
+    assert "canary-90ab" not in message
+    assert "\\x" not in message
+    assert "\n" not in message
+    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("\udcffcanary-90ab", "is not valid UTF-8 text"),  # a surrogateescape'd byte
+        ("canary-90ab\x00rest", "contains a NUL byte"),
+    ],
+)
+def test_set_refuses_what_an_environment_variable_cannot_hold(
+    store: FileSecretStore, value: str, problem: str
+) -> None:
+    with pytest.raises(SecretStoreError) as caught:
+        store.set("api-key", value)
+    assert f'secret "api-key" {problem}' in str(caught.value)
+    assert "canary-90ab" not in str(caught.value)
+    assert not store.directory.exists() or store.names() == []
+
+
+def test_a_stored_nul_byte_is_refused_on_read(store: FileSecretStore) -> None:
+    store.set("api-key", "x")
+    (store.directory / "api-key").write_bytes(b"canary-90ab\x00")
+    with pytest.raises(SecretStoreError, match='secret "api-key" contains a NUL byte'):
+        store.get("api-key")
+
+
+def test_cli_set_refuses_bytes_that_are_not_utf8_and_keeps_the_old_value(
+    tmp_path: Path,
+) -> None:
+    runner = CliRunner()
+    env = {"RELAY_STATE_DIR": str(tmp_path)}
+    assert runner.invoke(app, ["secret", "set", "api-key"], input="old", env=env).exit_code == 0
+    result = runner.invoke(app, ["secret", "set", "api-key"], input=NOT_UTF8, env=env)
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert 'secret "api-key" is not valid UTF-8 text' in line
+    assert "canary-90ab" not in result.output
+    assert "Traceback" not in result.output
+    assert FileSecretStore(tmp_path / "secrets").get("api-key") == "old"

@@ -150,7 +150,7 @@ async def test_a_failed_reconcile_keeps_status_ready_and_the_serving_version(
     assert row["last_error"] == "build failed: exit status 1"
 
 
-async def test_discovered_is_pending_without_image_and_a_first_failure_stays_pending(
+async def test_discovered_is_pending_without_image_and_a_first_failure_is_failed(
     view: SqliteStateView,
 ) -> None:
     await view.on_discovered(
@@ -162,7 +162,7 @@ async def test_discovered_is_pending_without_image_and_a_first_failure_stays_pen
     assert "last_reconcile_status" not in row
     await view.on_failed(FunctionReconcileFailed(name="fn", error="no base image", at=T0 + 1))
     row = read(view, "fn")
-    assert row["status"] == "pending"
+    assert row["status"] == "failed"  # not serving; "pending" would read as "being built"
     assert row["last_error"] == "no base image"
     assert row["runtime"] == "python3.14"  # the template part survives
 

@@ -168,3 +168,91 @@ def test_the_yaml_examples_in_the_docs_are_valid() -> None:
     assert complete, "docs/templates.md should show a complete template"
     for text in complete:
         load_template_text(text, "docs/templates.md")
+
+
+HUGE = "1" * 4301
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("concurrency: 2024-02-30", "\"2024-02-30\" is not a valid date or time"),
+        ("concurrency: 2024-01-01 25:61:61", "\"2024-01-01 25:61:61\" is not a valid date"),
+        (f"concurrency: {HUGE}", "has 4301 digits, more than the 4300 allowed"),
+        (f"concurrency: -{HUGE}", "has 4301 digits"),
+    ],
+)
+def test_values_pyyaml_cannot_construct_are_one_located_line(line: str, expected: str) -> None:
+    text = f"runtime: python3.14\n{line}\nevents: []\n"
+    [problem] = problems(text)
+    assert problem.startswith("template.yaml:2: invalid YAML: ")
+    assert expected in problem
+    assert "\n" not in problem
+    assert HUGE not in problem  # a 4,300-digit echo is no one's clear line
+
+
+def test_an_invalid_date_deep_in_a_pattern_names_its_line() -> None:
+    text = (
+        "runtime: python3.14\nevents:\n  - handler: a.b\n"
+        "    pattern:\n      day: [2024-02-30]\n"
+    )
+    assert problems(text) == [
+        'template.yaml:5: invalid YAML: "2024-02-30" is not a valid date or time '
+        "(day is out of range for month); quote it to keep it as text"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "runtime: python3.14\nevents: []\nruntime: node24\n",
+            'template.yaml:3: invalid YAML: duplicate key "runtime" (first at line 1)',
+        ),
+        (
+            "runtime: python3.14\nevents:\n  - handler: a.b\n    pattern:\n"
+            "      kind: [x]\n      kind: [y]\n",
+            'template.yaml:6: invalid YAML: duplicate key "kind" (first at line 5)',
+        ),
+        (
+            "runtime: python3.14\nenv: {A: x, B: y, A: z}\n",
+            'template.yaml:2: invalid YAML: duplicate key "A" (first at line 2)',
+        ),
+    ],
+)
+def test_a_duplicate_key_is_an_error_with_both_lines(text: str, expected: str) -> None:
+    assert problems(text) == [expected]
+
+
+def test_a_key_brought_in_by_a_merge_may_be_overridden() -> None:
+    text = (
+        "runtime: python3.14\n"
+        "events:\n"
+        "  - &rule {handler: a.b, retries: 1, pattern: {kind: [x]}}\n"
+        "  - <<: *rule\n"
+        "    handler: a.c\n"
+        "    retries: 2\n"
+        "    pattern: {kind: [y]}\n"
+    )
+    template = load_template_text(text)
+    assert [(r.handler, r.retries) for r in template.events] == [("a.b", 1), ("a.c", 2)]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("!!bool maybe", '"maybe" cannot be read as !!bool (KeyError)'),
+        ("!!timestamp soon", '"soon" is not a valid date or time; quote it'),
+        ("!!int ''", '"" cannot be read as !!int (IndexError)'),
+    ],
+)
+def test_any_other_constructor_failure_is_a_located_line(
+    tmp_path: Path, value: str, expected: str
+) -> None:
+    path = tmp_path / "template.yaml"
+    path.write_text(f"runtime: python3.14\nconcurrency: {value}\n")
+    with pytest.raises(TemplateError) as caught:
+        load_template(path)
+    [problem] = caught.value.problems
+    assert problem.startswith(f"{path}:2: invalid YAML: ")
+    assert expected in problem

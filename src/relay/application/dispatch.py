@@ -77,6 +77,7 @@ from relay.domain.execution import (
     LeaseLost,
     SlotUnavailable,
     clamp_timeout_ns,
+    crashed,
     failure_message,
 )
 from relay.domain.invocation import (
@@ -436,8 +437,7 @@ class MessageDispatcher:
             self._notify(
                 InvocationCrashed(function=fn, handler=handler, message_id=ctx.message_id, exc=exc)
             )
-            detail = f"internal error ({type(exc).__name__}); see the worker log"
-            return InvocationResult(ok=False, error=failure_message(fn, handler, detail))
+            return InvocationResult(ok=False, error=failure_message(fn, handler, crashed(exc)))
 
     # --- 4. settle ----------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from relay.domain.execution import (
     InvocationRequest,
     InvocationResult,
     clamp_timeout_ns,
+    crashed,
     failure_message,
 )
 from relay.domain.template import EventRule, Template
@@ -117,7 +118,7 @@ class FunctionInvoker:
             detail = str(exc)
         except Exception as exc:  # noqa: BLE001 - one handler never stops the others
             _log.exception("invoke_crashed", function=name, handler=rule.handler)
-            detail = repr(exc)
+            detail = crashed(exc)  # never the repr: it can hold a secret's bytes
         return InvocationResult(
             ok=False,
             error=failure_message(name, rule.handler, detail),

@@ -126,6 +126,14 @@ def clamp_timeout_ns(timeout_ns: int) -> int:
     return min(timeout_ns, MAX_TIMEOUT_NS)
 
 
+def crashed(exc: BaseException) -> str:
+    """The error text of an attempt that failed on an unexpected exception: its type
+    alone. Its message and repr stay out of error texts, which reach the ledger, the
+    DLQ and the logs: they can hold what the failing code was given (a secret's
+    bytes). The traceback is logged beside it for whoever debugs Relay."""
+    return f"internal error ({type(exc).__name__}); see the worker log"
+
+
 def failure_message(function: str, handler: str, detail: str) -> str:
     """The one-line error of a failed invocation, naming function and handler."""
     return f'function "{function}" handler "{handler}": {detail}'

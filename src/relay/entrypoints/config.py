@@ -8,12 +8,15 @@ line per problem, each naming the variable and what it accepts.
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
+
+from redis.connection import parse_url as redis_parse_url
 
 from relay.domain.durations import MINUTE, DurationError, parse_duration
 from relay.domain.errors import ConfigError
@@ -138,14 +141,26 @@ class _Collector:
             return ""
         return value
 
-    def parse(self, name: str, parser: Callable[[str], T], default: T, accepts: str) -> T:
+    def parse(
+        self,
+        name: str,
+        parser: Callable[[str], T],
+        default: T,
+        accepts: str,
+        *,
+        shown: Callable[[str], str] = str,
+    ) -> T:
+        """``shown`` turns the raw value into what the problem line may print
+        (:func:`redact_uri` for a value that can hold a password)."""
         value = self.raw(name)
         if value is None:
             return default
         try:
             return parser(value)
-        except ValueError:
-            self.problems.append(f"{name}={self.env.get(name, '')!r} is invalid: {accepts}")
+        except ValueError as exc:
+            why = f" ({exc.args[0]})" if isinstance(exc, InvalidValue) else ""
+            raw = shown(self.env.get(name, ""))
+            self.problems.append(f"{name}={raw!r} is invalid{why}: {accepts}")
             return default
 
 
@@ -234,7 +249,11 @@ def _redis(c: _Collector, *, need_stream: bool, need_group: bool) -> RedisSettin
     uri = c.required("REDIS_URI", _REDIS_URI_ACCEPTS)
     stream = c.required("REDIS_STREAM", "the name of the stream to consume") if need_stream else ""
     group = c.required("REDIS_GROUP", "the consumer group name") if need_group else ""
-    url = c.parse("REDIS_URI", parse_redis_uri, "", _REDIS_URI_ACCEPTS) if uri else ""
+    url = (
+        c.parse("REDIS_URI", parse_redis_uri, "", _REDIS_URI_ACCEPTS, shown=redact_uri)
+        if uri
+        else ""
+    )
     return RedisSettings(url=url, stream=stream, group=group)
 
 
@@ -243,8 +262,39 @@ _REDIS_URI_ACCEPTS = "host:port, redis://[user:password@]host:port or rediss://.
 _ADDR_ACCEPTS = "a listen address host:port or :port, with a port from 1 to 65535"
 
 
+class InvalidValue(ValueError):
+    """A ``ValueError`` whose one argument is a reason safe to print beside the value."""
+
+
+_QUERY_CREDENTIAL = re.compile(r"(?i)(^|&)((?:user(?:name)?|password)=)[^&]*")
+
+
+def redact_uri(value: str) -> str:
+    """``value`` with its credentials replaced by ``***``, for every message.
+
+    Everything before the last ``@`` after the scheme is the userinfo (a password
+    may hold an unescaped ``@``, ``/`` or ``#``: masking more than the host is
+    safer than less), and the ``username``/``password`` query parameters redis-py
+    also reads are masked too. Works on values that do not parse as a URL.
+    """
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        scheme, rest = "", value
+    _userinfo, at, rest = rest.rpartition("@")
+    if at:
+        rest = "***@" + rest
+    base, question, query = rest.partition("?")
+    if question:
+        rest = base + "?" + _QUERY_CREDENTIAL.sub(r"\1\2***", query)
+    return f"{scheme}{sep}{rest}"
+
+
 def parse_redis_uri(value: str) -> str:
-    """Return a URL redis-py understands: plain ``host:port`` becomes ``redis://host:port``."""
+    """Return a URL redis-py understands: plain ``host:port`` becomes ``redis://host:port``.
+
+    A URL is also parsed by redis-py itself, so a query parameter it would refuse
+    at connect time (``?socket_timeout=abc``) is refused here, in one line.
+    """
     if "://" in value:
         parts = urlsplit(value)
         if parts.scheme not in ("redis", "rediss"):
@@ -257,6 +307,11 @@ def parse_redis_uri(value: str) -> str:
             raise ValueError(value) from None
         if port is not None and not 1 <= port <= 65535:
             raise ValueError(value)
+        try:
+            redis_parse_url(value)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+        except ValueError as exc:
+            # redis-py's reasons name the parameter, never its value
+            raise InvalidValue(str(exc).rstrip(".")) from None
         return value
     host, sep, port_text = value.rpartition(":")
     if not sep or not host or any(ch in host for ch in "/@ "):

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Final
 
+from relay.adapters.fs.private import private_directory
 from relay.domain.errors import RelayError
 
 DEFAULT_RUN_DIR: Final = Path("/run/relay")
@@ -46,7 +47,8 @@ class ProcessLock:
         self.run_dir = run_dir
         self.path = run_dir / LOCK_NAME
         try:
-            run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_directory(run_dir.parent)
+            run_dir.mkdir(mode=0o700, exist_ok=True)
             os.chmod(run_dir, 0o700)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:

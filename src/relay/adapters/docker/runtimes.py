@@ -98,6 +98,29 @@ def plan_python_dependencies(files: Mapping[str, bytes]) -> DependencyPlan:
     return DependencyPlan("none")
 
 
+PY_SUFFIXES = (".py", "/__init__.py")
+
+
+def resolve_python_module(module: str, files: Collection[str]) -> str:
+    """The source file a Python handler module is imported from: ``a/b.py`` or the
+    package ``a/b/__init__.py`` (the bootstrap imports it from the application
+    directory). Raises ``BuildError`` when neither is among the function's files:
+    the image would build, and every invocation would then fail on the import."""
+    base = module.replace(".", "/")
+    for suffix in PY_SUFFIXES:
+        if base + suffix in files:
+            return base + suffix
+    looked = ", ".join(base + suffix for suffix in PY_SUFFIXES)
+    raise BuildError(f"handler module {module!r} not found (looked for {looked})")
+
+
+def plan_python_function(files: Mapping[str, bytes], modules: tuple[str, ...]) -> FunctionPlan:
+    """Nothing to add for Python; every handler module must be a source file."""
+    for module in modules:
+        resolve_python_module(module, files)
+    return FunctionPlan()
+
+
 # --- node24 ------------------------------------------------------------------------
 JS_SUFFIXES = (".mjs", ".js", "/index.mjs", "/index.js")
 TS_SUFFIXES = (".mts", ".ts", "/index.mts", "/index.ts")
@@ -217,6 +240,7 @@ RUNTIMES: Mapping[str, Runtime] = {
         dependency_preamble=(f"COPY --from={pins.UV_IMAGE} /uv /uvx /bin/",),
         env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"},
         plan_dependencies=plan_python_dependencies,
+        plan_function=plan_python_function,
     ),
     "node24": Runtime(
         name="node24",

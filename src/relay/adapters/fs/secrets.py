@@ -4,6 +4,12 @@ The directory is created with mode 0700; each value is written to a temporary
 file (mode 0600) in the same directory, fsynced and renamed into place, so a
 reader sees the old value or the new one, never a torn one. Symlinks are never
 followed (``O_NOFOLLOW``), and names are validated before they touch the path.
+
+A value is UTF-8 text without NUL bytes: it becomes an environment variable,
+which can hold nothing else. Binary material must be encoded (base64, hex) by
+whoever stores it. ``set`` refuses anything else, and ``get`` refuses a file
+written past Relay that does not follow the rule; every error names the secret,
+never its content (an exception of the codec would carry the bytes).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import secrets as _random
 import stat
 from pathlib import Path
 
+from relay.adapters.fs.private import private_directory
 from relay.domain.errors import InvalidNameError, RelayError
 from relay.domain.execution import SecretNotFound
 
@@ -24,6 +31,42 @@ _TMP_PREFIX = ".tmp-"
 
 class SecretStoreError(RelayError):
     """The secret store's directory or a secret file is unusable."""
+
+
+def decode_secret_value(name: str, data: bytes) -> str:
+    """``data`` as a secret's text, or :class:`SecretStoreError` naming ``name`` only."""
+    try:
+        value = data.decode("utf-8")
+    except UnicodeDecodeError:
+        # from None: the codec's exception holds the bytes, and a chained
+        # traceback would print them
+        raise SecretStoreError(_not_text(name)) from None
+    _check_no_nul(name, value)
+    return value
+
+
+def encode_secret_value(name: str, value: str) -> bytes:
+    """``value`` as the bytes to store, or :class:`SecretStoreError` naming ``name`` only."""
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates, e.g. from a surrogateescape stdin
+        raise SecretStoreError(_not_text(name)) from None
+    _check_no_nul(name, value)
+    return data
+
+
+def _not_text(name: str) -> str:
+    return (
+        f'secret "{name}" is not valid UTF-8 text; a secret becomes an environment '
+        "variable, so encode binary values (base64, hex) before storing them"
+    )
+
+
+def _check_no_nul(name: str, value: str) -> None:
+    if "\x00" in value:
+        raise SecretStoreError(
+            f'secret "{name}" contains a NUL byte, which an environment variable cannot hold'
+        )
 
 
 def validate_secret_name(name: str) -> str:
@@ -49,7 +92,7 @@ class FileSecretStore:
         except FileNotFoundError:
             if not create:
                 return False
-            self.directory.parent.mkdir(parents=True, exist_ok=True)
+            private_directory(self.directory.parent)  # the state dir: 0700 when made here
             with contextlib.suppress(FileExistsError):
                 os.mkdir(self.directory, 0o700)
             info = os.lstat(self.directory)
@@ -70,10 +113,14 @@ class FileSecretStore:
             raise SecretNotFound(f'secret "{name}" is not set') from None
         except OSError as exc:  # ELOOP: a symlink planted in place of the secret
             raise SecretStoreError(f'secret "{name}" cannot be read: {exc.strerror}') from exc
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise SecretStoreError(f'secret "{name}" is not a regular file')
-            return handle.read().decode("utf-8")
+        try:
+            with os.fdopen(fd, "rb") as handle:
+                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    raise SecretStoreError(f'secret "{name}" is not a regular file')
+                data = handle.read()
+        except OSError as exc:
+            raise SecretStoreError(f'secret "{name}" cannot be read: {exc.strerror}') from None
+        return decode_secret_value(name, data)
 
     def names(self) -> list[str]:
         if not self._check_directory(create=False):
@@ -88,13 +135,15 @@ class FileSecretStore:
 
     def set(self, name: str, value: str) -> None:
         validate_secret_name(name)
+        data = encode_secret_value(name, value)
         self._check_directory(create=True)
         tmp = self.directory / f"{_TMP_PREFIX}{_random.token_hex(8)}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(tmp, flags, 0o600)
         try:
+            os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask took away
             with os.fdopen(fd, "wb") as handle:
-                handle.write(value.encode("utf-8"))
+                handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
             # rename replaces a symlink at the target rather than writing through it

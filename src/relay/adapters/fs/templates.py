@@ -1,11 +1,17 @@
 """Read ``template.yaml`` files: YAML decoding with size and depth caps.
 
 YAML lives here, in an adapter, so the domain never imports a parser. A YAML syntax
-error becomes a :class:`TemplateError` with one line naming ``file:line``.
+error becomes a :class:`TemplateError` with one line naming ``file:line``; so do a
+value PyYAML cannot construct (``2024-02-30``, an integer of more than 4,300 digits)
+and a key given twice in one mapping (YAML would silently keep the last one).
+Nothing else escapes: any other failure while loading one template is that
+template's :class:`TemplateError`, never its caller's crash.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import yaml
@@ -36,8 +42,17 @@ def load_template(path: Path) -> Template:
 
 
 def load_template_text(text: str, source: str = TEMPLATE_FILE) -> Template:
-    """Validate template YAML given as text; ``source`` names it in error lines."""
-    return parse_template(decode_yaml(text, source))
+    """Validate template YAML given as text; ``source`` names it in error lines.
+
+    Raises :class:`TemplateError` and nothing else.
+    """
+    data = decode_yaml(text, source)
+    try:
+        return parse_template(data)
+    except TemplateError:
+        raise
+    except Exception as exc:  # a validator bug is this template's error, no one else's
+        raise TemplateError([f"{source}: cannot be validated ({type(exc).__name__})"]) from exc
 
 
 def decode_yaml(text: str, source: str = TEMPLATE_FILE) -> object:
@@ -45,7 +60,7 @@ def decode_yaml(text: str, source: str = TEMPLATE_FILE) -> object:
     if len(text.encode("utf-8", errors="replace")) > MAX_TEMPLATE_BYTES:
         raise TemplateError([f"{source}: is larger than {MAX_TEMPLATE_BYTES // 1024} KiB"])
     try:
-        loader = _DepthLimitedLoader(text)
+        loader = _TemplateLoader(text)
         try:
             data = loader.get_single_data()
         finally:
@@ -59,6 +74,8 @@ def decode_yaml(text: str, source: str = TEMPLATE_FILE) -> object:
         raise TemplateError([f"{source}: invalid YAML: {exc}"]) from exc
     except RecursionError as exc:
         raise TemplateError([f"{source}: nested too deeply"]) from exc
+    except Exception as exc:  # a loader bug is this template's error, no one else's
+        raise TemplateError([f"{source}: invalid YAML ({type(exc).__name__})"]) from exc
     _check_expanded_size(data, source)
     return data
 
@@ -81,6 +98,70 @@ class _DepthLimitedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+_INT_TAG = "tag:yaml.org,2002:int"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _TemplateLoader(_DepthLimitedLoader):
+    """The depth-limited SafeLoader, plus: a value it cannot construct is a located
+    error (PyYAML raises a bare ``ValueError`` for ``2024-02-30`` or an integer past
+    Python's 4,300-digit conversion limit, a ``KeyError`` for ``!!bool maybe``, an
+    ``AttributeError`` for ``!!timestamp soon``), and so is a duplicate key."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._checked: set[int] = set()
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> object:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:  # ValueError, KeyError, AttributeError, IndexError...
+            raise yaml.constructor.ConstructorError(
+                None, None, _unconstructable(node, exc), node.start_mark
+            ) from exc
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # Checked once per node, before the merge keys (``<<``) are flattened in:
+        # a key a merge brings in may be overridden, a key written twice may not.
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
+            _refuse_duplicate_keys(node)
+        super().flatten_mapping(node)
+
+
+def _unconstructable(node: yaml.Node, exc: Exception) -> str:
+    text = node.value if isinstance(node, yaml.ScalarNode) else ""
+    shown = json.dumps(text if len(text) <= 40 else text[:40] + "...")
+    digits, limit = sum(ch.isdigit() for ch in text), sys.get_int_max_str_digits()
+    if node.tag == _INT_TAG and digits > limit:
+        return f"the integer {shown} has {digits} digits, more than the {limit} allowed"
+    if node.tag == _TIMESTAMP_TAG:
+        why = f" ({exc})" if isinstance(exc, ValueError) else ""
+        return f"{shown} is not a valid date or time{why}; quote it to keep it as text"
+    tag = node.tag.removeprefix("tag:yaml.org,2002:")
+    return f"{shown} cannot be read as !!{tag} ({type(exc).__name__})"
+
+
+def _refuse_duplicate_keys(node: yaml.MappingNode) -> None:
+    first: dict[tuple[str, str], int] = {}
+    for key_node, _value in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+            continue  # a complex key is refused later, as unhashable
+        key = (key_node.tag, key_node.value)
+        line = key_node.start_mark.line + 1
+        if key in first:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"duplicate key {json.dumps(key_node.value)} (first at line {first[key]})",
+                key_node.start_mark,
+            )
+        first[key] = line
 
 
 def _check_expanded_size(data: object, source: str) -> None:

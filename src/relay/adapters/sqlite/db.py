@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from relay.adapters.fs.private import private_directory, private_file, tighten_if_present
+
 DB_FILENAME = "db.sqlite3"
 
 JSONB_SUPPORTED = sqlite3.sqlite_version_info >= (3, 45, 0)
@@ -166,9 +168,15 @@ def _decode(raw: str | None) -> dict[str, Any]:
 def open_db(path: Path) -> StateDatabase:
     """Open (creating the parent directory, the file and the schema) in WAL mode.
 
+    The directories Relay creates are 0700 and the database 0600, whatever the
+    umask: it holds env values and errors. SQLite gives its ``-wal`` and ``-shm``
+    files the database's mode; ones left by an older, looser run are tightened.
     Raises ``sqlite3.Error`` or ``OSError``; callers treat both as non-fatal.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_directory(path.parent)
+    private_file(path)
+    for suffix in ("-wal", "-shm"):
+        tighten_if_present(path.with_name(path.name + suffix))
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=WAL")

@@ -1,7 +1,9 @@
 """The ``functions`` table as a projection of the function lifecycle events.
 
 One row per function holding one JSON snapshot: status (``ready`` once a version
-serves, ``pending`` before the first one), runtime, image, full fingerprint, when
+serves, ``pending`` while the first one is being prepared, ``failed`` when no
+version serves and the last reconcile failed: an invalid template or a failed
+first build, its reason in ``last_error``), runtime, image, full fingerprint, when
 it was prepared, the last meaningful reconcile outcome and error, and what the
 template declares (handlers, schedules, services, env values and secret
 REFERENCES, never secret values). It only observes: nothing reads it back to
@@ -36,6 +38,7 @@ from relay.domain.events import (
 _log = structlog.get_logger(__name__)
 
 TABLE = "functions"
+READY, PENDING, FAILED = "ready", "pending", "failed"
 
 
 def summary_fields(summary: FunctionSummary) -> dict[str, Any]:
@@ -101,7 +104,7 @@ class SqliteStateView:
             **summary_fields(event.summary),
             "name": event.name,
             "directory": event.directory,
-            "status": "pending",
+            "status": PENDING,
         }
         await self._write(event.name, row, event.at)
 
@@ -110,7 +113,7 @@ class SqliteStateView:
             **summary_fields(event.summary),
             "name": event.name,
             "directory": event.directory,
-            "status": "ready",
+            "status": READY,
             "runtime": event.runtime,
             "image": event.image,
             "fingerprint": event.fingerprint,
@@ -127,14 +130,16 @@ class SqliteStateView:
             row.update(summary_fields(event.summary))
         if event.image is not None:
             row.update(
-                status="ready",
+                status=READY,
                 runtime=event.runtime,
                 image=event.image,
                 fingerprint=event.fingerprint,
                 prepared_at=rfc3339(event.prepared_at) if event.prepared_at else None,
             )
         else:
-            row["status"] = "pending"
+            # Nothing serves: not "pending", which reads as "about to be built";
+            # it waits for a change (or the periodic pass) to try again.
+            row["status"] = FAILED
             for key in ("image", "fingerprint", "prepared_at", "dependency_image"):
                 row.pop(key, None)
         row.update(

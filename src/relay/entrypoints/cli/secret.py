@@ -1,7 +1,9 @@
 """``relay secret ls|set|rm``: the local secret store.
 
 Values are read from a hidden prompt (a terminal) or all of stdin (a pipe) and
-are never echoed or printed; only names are shown.
+are never echoed or printed; only names are shown. A value must be UTF-8 text
+without NUL bytes (it becomes an environment variable); anything else is refused
+with one line naming the secret.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 
 import typer
 
-from relay.adapters.fs.secrets import FileSecretStore
+from relay.adapters.fs.secrets import FileSecretStore, decode_secret_value
 from relay.domain.errors import RelayError
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import load_paths
@@ -61,7 +63,9 @@ def _read_value(name: str) -> str:
     # with echo disabled on a terminal
     if sys.stdin.isatty():
         return getpass.getpass(f"Value for {name}: ")
-    return sys.stdin.read()
+    # bytes, decoded here: a text stdin would raise the codec's error (or, under
+    # a C locale, smuggle the bytes in as surrogates) instead of one clear line
+    return decode_secret_value(name, sys.stdin.buffer.read())
 
 
 def _one_line(exc: BaseException) -> str:
