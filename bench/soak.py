@@ -1,6 +1,18 @@
 """Soak: two workers, one SIGKILLed three times, a handler that fails 10% of the time.
 
     .venv/bin/python bench/soak.py [--events 5000] [--rate 100] [--redis-url URL]
+                                   [--variant kill|now|broken-template]
+
+Variants (all must print lost = 0):
+
+* ``kill`` (the default): as below.
+* ``now``: the rule also requires ``at: {gt: "now()-30s"}`` and each event carries
+  the time it was produced, so a failed attempt's redelivery (after its 1 m
+  backoff) no longer matches; the recorded invocation must still run again.
+* ``broken-template``: worker b has its own copy of the functions directory;
+  once, it is killed and restarted with its template broken (it cannot load the
+  function), and the template is repaired 20 s later. Messages b holds meanwhile
+  must neither be acknowledged nor lost.
 
 Starts a throwaway Redis container (relay-testbed/redis:7, label relay.test=true)
 and two real ``relay start`` workers on one stream and group. A Python handler
@@ -40,6 +52,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +86,10 @@ events:
     retries: 1
     timeout: {timeout}s
     pattern:
-      kind: [soak]
+      kind: [soak]{extra}
 """
+NOW_PATTERN = '\n      at:\n        gt: "now()-30s"'
+BROKEN_TEMPLATE = "runtime: [python3.14\nevents: {\n"
 
 HANDLER = """import os
 import random
@@ -185,8 +200,43 @@ async def produce(client: Redis, stream: str, events: int, rate: float) -> str:
         now = time.monotonic()
         if due > now:
             await anyio.sleep(due - now)
-        last = await client.xadd(stream, {"event": json.dumps({"kind": "soak", "seq": seq})})
+        at = datetime.now(UTC).isoformat()
+        event = json.dumps({"kind": "soak", "seq": seq, "at": at})
+        last = await client.xadd(stream, {"event": event})
     return last
+
+
+async def broken_restart(
+    victim: dict[str, Worker],
+    restart: Any,
+    template: Path,
+    every_s: float,
+    log: list[str],
+    kills_ns: list[int],
+) -> None:
+    """Kill b, restart it with its template broken, repair it 20 s later; then one
+    plain kill as in the default variant."""
+    path = anyio.Path(template)
+    good = await path.read_text()
+    await anyio.sleep(every_s)
+    victim["b"].kill()
+    kills_ns.append(time.time_ns())
+    await path.write_text(BROKEN_TEMPLATE)
+    victim["b"] = restart()
+    log.append(f"killed worker b and restarted it with a broken template at {_now()}")
+    await anyio.sleep(20)
+    await path.write_text(good)
+    log.append(f"repaired worker b's template at {_now()}")
+    await anyio.sleep(every_s)
+    victim["b"].kill()
+    kills_ns.append(time.time_ns())
+    log.append(f"killed worker b (SIGKILL) at {_now()}")
+    await anyio.sleep(2)
+    victim["b"] = restart()
+
+
+def _now() -> str:
+    return time.strftime("%H:%M:%S")
 
 
 async def chaos(
@@ -259,20 +309,20 @@ async def soak(url: str, args: argparse.Namespace) -> None:
     workers: dict[str, Worker] = {}
     chaos_log: list[str] = []
     kills_ns: list[int] = []
+    extra = NOW_PATTERN if args.variant == "now" else ""
+    template = TEMPLATE.format(address=address, key=key, timeout=TIMEOUT_S, extra=extra)
     with workdir() as root:
-        functions = write_function(
-            root / "functions",
-            function,
-            TEMPLATE.format(address=address, key=key, timeout=TIMEOUT_S),
-            {"soak.py": HANDLER},
-        )
+        functions = write_function(root / "functions", function, template, {"soak.py": HANDLER})
+        # b's own copy, so that only b ever sees the broken template
+        b_functions = write_function(root / "functions-b", function, template, {"soak.py": HANDLER})
 
         def launch(name: str) -> Worker:
+            own = b_functions if name == "b" and args.variant == "broken-template" else functions
             return start_worker(
                 url=url,
                 stream=stream,
                 group=group,
-                functions=functions,
+                functions=own,
                 workdir=root,
                 name=f"soak-{name}",
                 extra_env={"MAX_CONCURRENCY": "4"},
@@ -284,10 +334,24 @@ async def soak(url: str, args: argparse.Namespace) -> None:
             workers["b"] = launch("b")
             await anyio.sleep(5)  # b finds the image built and starts consuming
             await client.delete(key)  # forget the warm-up executions
-            print(f"soak: producing {args.events} events at {args.rate:.0f}/s; killing b 3 times")
+            print(f"soak ({args.variant}): producing {args.events} events at {args.rate:.0f}/s")
             async with anyio.create_task_group() as tg:
                 every = args.events / args.rate / 4
-                tg.start_soon(chaos, workers, lambda: launch("b"), 3, every, chaos_log, kills_ns)
+                if args.variant == "broken-template":
+                    b_template = b_functions / function / "template.yaml"
+                    tg.start_soon(
+                        broken_restart,
+                        workers,
+                        lambda: launch("b"),
+                        b_template,
+                        every,
+                        chaos_log,
+                        kills_ns,
+                    )
+                else:
+                    tg.start_soon(
+                        chaos, workers, lambda: launch("b"), 3, every, chaos_log, kills_ns
+                    )
                 last = await produce(client, stream, args.events, args.rate)
             for line in chaos_log:
                 print(f"soak: {line}")
@@ -334,6 +398,7 @@ def main() -> None:
     parser.add_argument("--redis-url", default=None, help="a Redis the containers can reach")
     parser.add_argument("--build-timeout", type=float, default=600.0)
     parser.add_argument("--settle-timeout", type=float, default=1200.0)
+    parser.add_argument("--variant", choices=("kill", "now", "broken-template"), default="kill")
     args = parser.parse_args()
     with throwaway_redis(args.redis_url) as url:
         anyio.run(soak, url, args)
