@@ -34,7 +34,6 @@ from typing import Any
 
 import anyio
 import msgspec
-from structlog.contextvars import bound_contextvars
 
 from relay.application.bus import Outcome
 from relay.application.dispatch_events import (
@@ -44,6 +43,7 @@ from relay.application.dispatch_events import (
     settlement_events,
 )
 from relay.application.environment import resolve_environment
+from relay.application.log_context import log_context
 from relay.application.ports import (
     CatalogSource,
     Clock,
@@ -207,7 +207,7 @@ class MessageDispatcher:
             message_id=message.id,
             timestamp=rfc3339(self._clock.now()),
         )
-        with bound_contextvars(message_id=message.id):
+        with log_context(message_id=message.id):
             planned = self._plan(message.payload)
             if isinstance(planned, Malformed):
                 return Outcome(await self._dead_letter_malformed(ctx, planned))
@@ -392,7 +392,7 @@ class MessageDispatcher:
     ) -> _Run:
         fn, handler, attempt = planned.function, planned.rule.handler, status.attempt
         timeout_ns = clamp_timeout_ns(planned.rule.timeout_ns)
-        with bound_contextvars(function=fn, handler=handler, attempt=attempt):
+        with log_context(function=fn, handler=handler, attempt=attempt):
             try:
                 async with self._slots.acquire(fn):
                     result = await self._invoke(ctx, payload, planned, lease.guard(timeout_ns))

@@ -18,6 +18,8 @@ from typing import Any, TextIO
 
 import structlog
 
+from relay.application.log_context import merge_log_context
+
 _LEVELS = {
     "DEBUG": logging.DEBUG,
     "INFO": logging.INFO,
@@ -83,6 +85,7 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            merge_log_context,
             structlog.processors.add_log_level,
             _timestamp,
             structlog.processors.format_exc_info,
