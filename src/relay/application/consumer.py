@@ -52,13 +52,21 @@ def _answered_within(seconds: float, what: str) -> Iterator[None]:
 
 
 class MessageBuffer:
-    """At most ``size`` messages held locally; a message id is held once."""
+    """At most ``size`` messages held locally; a message id is held once.
+
+    A loop reserves places *before* it asks the broker (:meth:`reserve`), for as
+    many messages as it asks for: what the broker hands over then always has a
+    place, even when the other loop filled the rest of the buffer meanwhile. (A
+    message read without a place would sit in the pending list, unprocessed,
+    until the recovery loop's next pass found it idle.)
+    """
 
     def __init__(self, size: int) -> None:
         if size <= 0:
             raise ValueError("the buffer size must be positive")
         self.size = size
         self._held: set[str] = set()
+        self._reserved = 0
         self._changed: anyio.Event | None = None
 
     @property
@@ -68,7 +76,8 @@ class MessageBuffer:
 
     @property
     def free(self) -> int:
-        return self.size - len(self._held)
+        """Places neither held nor reserved."""
+        return self.size - len(self._held) - self._reserved
 
     def take(self, message_id: str) -> bool:
         """Hold ``message_id``; False when full or already held (being processed)."""
@@ -77,8 +86,25 @@ class MessageBuffer:
         self._held.add(message_id)
         return True
 
+    @contextlib.contextmanager
+    def reserve(self, count: int) -> Iterator[Places]:
+        """Up to ``count`` free places, kept for the messages of one broker call;
+        the places not taken are given back when the block ends."""
+        places = Places(self, max(0, min(count, self.free)))
+        self._reserved += places.count
+        try:
+            yield places
+        finally:
+            if places.left:
+                self._reserved -= places.left
+                places.left = 0
+                self._notify()
+
     def release(self, message_id: str) -> None:
         self._held.discard(message_id)
+        self._notify()
+
+    def _notify(self) -> None:
         if self._changed is not None:
             self._changed.set()
             self._changed = None
@@ -90,6 +116,26 @@ class MessageBuffer:
             if self._changed is None:
                 self._changed = anyio.Event()
             await self._changed.wait()
+
+
+class Places:
+    """Places reserved in a :class:`MessageBuffer` for one broker call."""
+
+    def __init__(self, buffer: MessageBuffer, count: int) -> None:
+        self._buffer = buffer
+        self.count = count
+        self.left = count
+
+    def take(self, message_id: str) -> bool:
+        """Hold ``message_id`` in a reserved place; False when it is already held
+        (being processed) or every reserved place is taken."""
+        buffer = self._buffer
+        if self.left <= 0 or message_id in buffer._held:
+            return False
+        self.left -= 1
+        buffer._reserved -= 1
+        buffer._held.add(message_id)
+        return True
 
 
 class ConnectionHealth:
@@ -190,19 +236,24 @@ class ConsumerLoop:
             batch = max(1, self._buffer.size // 2)
             while True:
                 await self._buffer.wait_free(batch)
-                try:
-                    # Bounded by the stream: a frozen (paused, partitioned) server
-                    # never answers.
-                    messages = await self._stream.read(
-                        self._buffer.free, self._block_ms, self._call_timeout_s
-                    )
-                except Exception as exc:  # noqa: BLE001 - never exit: back off and retry
-                    await anyio.sleep(self.health.failed(exc))
+                with self._buffer.reserve(self._buffer.free) as places:
+                    try:
+                        # Bounded by the stream: a frozen (paused, partitioned)
+                        # server never answers.
+                        messages = await self._stream.read(
+                            places.count, self._block_ms, self._call_timeout_s
+                        )
+                    except Exception as exc:  # noqa: BLE001 - never exit: back off and retry
+                        backoff: float | None = self.health.failed(exc)
+                    else:
+                        backoff = None
+                        for message in messages:
+                            if places.take(message.id):
+                                workers.hand(message)
+                if backoff is not None:
+                    await anyio.sleep(backoff)
                     continue
                 self.health.succeeded()
-                for message in messages:
-                    if self._buffer.take(message.id):
-                        workers.hand(message)
 
     async def _ensure_group(self) -> None:
         while True:
@@ -262,14 +313,15 @@ class RecoveryLoop:
         handed = 0
         while True:
             await self._buffer.wait_free()
-            with _answered_within(self._call_timeout_s, "a reclaim of pending messages"):
-                batch = await self._stream.reclaim(self._min_idle_ms, self._buffer.free)
+            with self._buffer.reserve(self._buffer.free) as places:
+                with _answered_within(self._call_timeout_s, "a reclaim of pending messages"):
+                    batch = await self._stream.reclaim(self._min_idle_ms, places.count)
+                for message in batch.messages:
+                    if places.take(message.id):
+                        handed += 1
+                        tg.start_soon(_dispatch_one, self._dispatch, self._buffer, message)
             if batch.deleted:
                 await self._drop(batch.deleted)
-            for message in batch.messages:
-                if self._buffer.take(message.id):
-                    handed += 1
-                    tg.start_soon(_dispatch_one, self._dispatch, self._buffer, message)
             if batch.complete:
                 break
         return handed
