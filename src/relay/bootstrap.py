@@ -217,6 +217,7 @@ async def build_worker(
             stream=settings.redis.stream,
             group=settings.redis.group,
             consumer=settings.hostname,
+            ledger_ttl_s=settings.ledger_retention_ns // 10**9,
         )
         await stream.ensure_group()
         # 3. Docker, the NETWORKS check, and the orphan sweep.
