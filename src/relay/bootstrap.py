@@ -62,6 +62,7 @@ from relay.application.ports import (
 from relay.application.reconcile import Reconciler
 from relay.application.registry import FunctionRegistry
 from relay.application.replay import DeadLetterReplayer, DeadLetterSource
+from relay.application.shutdown import COMPLETE, GracefulStop
 from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
 from relay.domain.execution import PoolSnapshot
@@ -174,6 +175,14 @@ class Worker:
     composition: Composition
     loops: list[tuple[str, Loop]] = field(default_factory=list)
     before_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    stop: GracefulStop | None = None
+
+    async def drain(self, hurry: anyio.Event | None = None) -> str:
+        """Stop taking messages and let those in flight finish within the grace
+        (see :mod:`relay.application.shutdown`); the caller cancels the rest."""
+        if self.stop is None:
+            return COMPLETE
+        return await self.stop.drain(hurry)
 
     @property
     def bus(self) -> MessageBus:
@@ -328,6 +337,9 @@ def _add_loops(
         publish=bus.publish,
         interval_s=settings.recovery.interval_s,
         min_idle_ms=settings.recovery.min_idle_ms,
+    )
+    worker.stop = GracefulStop(
+        [consumer, recovery], buffer, grace_s=settings.shutdown_grace_ns / 1e9
     )
     # A Redis outage shows in `relay health` while the loops keep retrying.
     worker.composition.health.watch("redis", lambda: consumer.health.healthy)

@@ -5,6 +5,12 @@ holds a place from the moment it is read or reclaimed until its dispatch ends
 (acknowledged, dead-lettered or left pending). When the buffer is full the
 consumer stops reading, so the backlog stays in the broker, not in memory.
 
+On shutdown (:meth:`ConsumerLoop.stop_reading`, see :mod:`relay.application.
+shutdown`) a loop stops taking messages at once: a wait for room or a backoff
+ends there, a broker call already made is let finish and what it brings is
+dispatched too (cancelling it could leave those messages pending unseen). The
+loop's ``run`` then returns once every dispatch it started has ended.
+
 Neither loop ever exits on a broker error: it logs one line when the broker
 starts failing, retries with jittered backoff (1 s doubling to 30 s), and logs
 one line when it answers again (:class:`ConnectionHealth`).
@@ -109,6 +115,17 @@ class MessageBuffer:
             self._changed.set()
             self._changed = None
 
+    async def wait_empty(self) -> None:
+        """Wait until nothing is held or reserved (shutdown's drain)."""
+        while self._held or self._reserved:
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+
+    def room(self, batch: int = 1) -> bool:
+        """Whether :meth:`wait_free` would return at once."""
+        return not (self.free <= 0 or (self._held and self.free < batch))
+
     async def wait_free(self, batch: int = 1) -> None:
         """Wait until a place is free; while messages are in flight, until ``batch``
         places are (so a busy worker reads in batches, not one message per read)."""
@@ -136,6 +153,32 @@ class Places:
         buffer._reserved -= 1
         buffer._held.add(message_id)
         return True
+
+
+class Intake:
+    """Whether a loop still takes new messages. :meth:`stop` ends the wait the
+    loop is in (for room, a backoff, its interval) at once; a broker call is
+    never made inside :meth:`waiting`, so one in progress finishes."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self._scope: anyio.CancelScope | None = None
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        with anyio.CancelScope() as scope:
+            if self.stopped:
+                scope.cancel()
+            self._scope = scope
+            try:
+                yield
+            finally:
+                self._scope = None
 
 
 class ConnectionHealth:
@@ -188,6 +231,13 @@ class Dispatchers:
         self._buffer = buffer
         self._queue: deque[StreamMessage] = deque()
         self._idle: deque[anyio.Event] = deque()
+        self._closed = False
+
+    def close(self) -> None:
+        """No more messages: each task ends once the queue is empty."""
+        self._closed = True
+        while self._idle:
+            self._idle.popleft().set()
 
     def hand(self, message: StreamMessage) -> None:
         self._queue.append(message)
@@ -200,6 +250,8 @@ class Dispatchers:
         while True:
             while self._queue:
                 await _dispatch_one(self._dispatch, self._buffer, self._queue.popleft())
+            if self._closed:
+                return
             wake = anyio.Event()
             self._idle.append(wake)
             await wake.wait()
@@ -224,18 +276,28 @@ class ConsumerLoop:
         self._block_ms = block_ms
         self._call_timeout_s = call_timeout_s
         self.health = health or ConnectionHealth("consumer")
+        self.intake = Intake()
+
+    def stop_reading(self) -> None:
+        """Read nothing more; ``run`` returns once what was read is dispatched."""
+        self.intake.stop()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         await self._ensure_group()
         task_status.started()
+        intake = self.intake
         async with anyio.create_task_group() as tg:
             workers = Dispatchers(tg, self._dispatch, self._buffer)
             # Read again once half the buffer is free: a read then brings several
             # messages (fewer XREADGROUPs per event under load) while the other
             # half keeps the concurrency slots busy. An idle worker reads at once.
             batch = max(1, self._buffer.size // 2)
-            while True:
-                await self._buffer.wait_free(batch)
+            while not intake.stopped:
+                if not self._buffer.room(batch):
+                    with intake.waiting():
+                        await self._buffer.wait_free(batch)
+                    if intake.stopped:
+                        break
                 with self._buffer.reserve(self._buffer.free) as places:
                     try:
                         # Bounded by the stream: a frozen (paused, partitioned)
@@ -251,9 +313,11 @@ class ConsumerLoop:
                             if places.take(message.id):
                                 workers.hand(message)
                 if backoff is not None:
-                    await anyio.sleep(backoff)
+                    with intake.waiting():
+                        await anyio.sleep(backoff)
                     continue
                 self.health.succeeded()
+            workers.close()
 
     async def _ensure_group(self) -> None:
         while True:
@@ -292,18 +356,26 @@ class RecoveryLoop:
         self._interval_s = interval_s
         self._min_idle_ms = min_idle_ms
         self.health = health or ConnectionHealth("recovery")
+        self.intake = Intake()
+
+    def stop_reading(self) -> None:
+        """Reclaim nothing more; ``run`` returns once what was handed over ended."""
+        self.intake.stop()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        intake = self.intake
         async with anyio.create_task_group() as tg:
-            while True:
+            while not intake.stopped:
                 try:
                     await self.tick(tg)
                 except Exception as exc:  # noqa: BLE001 - never exit: retry on the next tick
-                    await anyio.sleep(min(self.health.failed(exc), self._interval_s))
+                    with intake.waiting():
+                        await anyio.sleep(min(self.health.failed(exc), self._interval_s))
                     continue
                 self.health.succeeded()
-                await anyio.sleep(self._interval_s)
+                with intake.waiting():
+                    await anyio.sleep(self._interval_s)
 
     async def tick(self, tg: TaskGroup) -> int:
         """One whole pass over the pending list; returns how many messages it handed
@@ -312,7 +384,10 @@ class RecoveryLoop:
         interval, and retries could fall behind for good under sustained failures."""
         handed = 0
         while True:
-            await self._buffer.wait_free()
+            with self.intake.waiting():
+                await self._buffer.wait_free()
+            if self.intake.stopped:
+                break
             with self._buffer.reserve(self._buffer.free) as places:
                 with _answered_within(self._call_timeout_s, "a reclaim of pending messages"):
                     batch = await self._stream.reclaim(self._min_idle_ms, places.count)
