@@ -36,7 +36,7 @@ def terminate(worker: RelayWorker, timeout: float = 60.0) -> int:
 def test_sigterm_lets_the_running_handler_finish_and_acknowledges_it(
     relay_worker: WorkerFactory, ledger: Ledger
 ) -> None:
-    worker = relay_worker()
+    worker = relay_worker(env={"SHUTDOWN_GRACE": ""})  # unset: the 30 s default
     message_id = ledger.add({"kind": "slow"})
     worker.wait_for(mark_pattern(message_id, "start"), timeout=60)
     assert terminate(worker) == 0
