@@ -297,3 +297,29 @@ async def test_messages_read_while_recovery_filled_the_buffer_are_all_dispatched
     assert stream.counts[1] == 4
     assert sorted(dispatch.seen) == sorted(idle + fresh)  # each once, none skipped
     assert buffer.free == 4
+
+
+async def test_recovery_gets_places_while_the_consumer_idles_on_a_quiet_stream() -> None:
+    """Each idle read reserves every free place while it blocks; between two reads
+    a waiting recovery pass must still get them."""
+    clock = FakeClock()
+    stream = InMemoryEventStream(clock)
+    idle = [stream.add(b"{}") for _ in range(2)]
+    await stream.read(2, 0)
+    clock.advance(61)
+    buffer = MessageBuffer(4)
+    seen: list[str] = []
+
+    async def dispatch(message: StreamMessage) -> None:
+        seen.append(message.id)
+
+    consumer = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
+    recovery = RecoveryLoop(stream, dispatch, buffer, interval_s=3600)
+    async with anyio.create_task_group() as tg:
+        await tg.start(consumer.run)
+        await wait_for(lambda: stream.reads >= 3)  # the consumer idles, reading nothing
+        with anyio.fail_after(5):
+            assert await recovery.tick(tg) == 2
+        await wait_for(lambda: len(seen) == 2)
+        tg.cancel_scope.cancel()
+    assert sorted(seen) == sorted(idle)

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import anyio
+import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
@@ -103,7 +104,7 @@ class MessageBuffer:
         finally:
             if places.left:
                 self._reserved -= places.left
-                places.left = 0
+                places.given_back, places.left = places.left, 0
                 self._notify()
 
     def release(self, message_id: str) -> None:
@@ -142,6 +143,7 @@ class Places:
         self._buffer = buffer
         self.count = count
         self.left = count
+        self.given_back = 0
 
     def take(self, message_id: str) -> bool:
         """Hold ``message_id`` in a reserved place; False when it is already held
@@ -317,6 +319,11 @@ class ConsumerLoop:
                         await anyio.sleep(backoff)
                     continue
                 self.health.succeeded()
+                if places.given_back:
+                    # An idle read holds every free place while it blocks: let a
+                    # recovery pass waiting for room take them before reading
+                    # again, or it would wait for good on a quiet stream.
+                    await anyio.lowlevel.checkpoint()
             workers.close()
 
     async def _ensure_group(self) -> None:
