@@ -63,6 +63,7 @@ from relay.application.ports import (
 from relay.application.reconcile import Reconciler
 from relay.application.registry import FunctionRegistry
 from relay.application.replay import DeadLetterReplayer, DeadLetterSource
+from relay.application.shutdown import COMPLETE, GracefulStop
 from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
 from relay.domain.execution import PoolSnapshot
@@ -177,6 +178,14 @@ class Worker:
     composition: Composition
     loops: list[tuple[str, Loop]] = field(default_factory=list)
     before_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    stop: GracefulStop | None = None
+
+    async def drain(self, hurry: anyio.Event | None = None) -> str:
+        """Stop taking messages and let those in flight finish within the grace
+        (see :mod:`relay.application.shutdown`); the caller cancels the rest."""
+        if self.stop is None:
+            return COMPLETE
+        return await self.stop.drain(hurry)
 
     @property
     def bus(self) -> MessageBus:
@@ -220,6 +229,7 @@ async def build_worker(
             stream=settings.redis.stream,
             group=settings.redis.group,
             consumer=settings.hostname,
+            ledger_ttl_s=settings.ledger_retention_ns // 10**9,
         )
         await stream.ensure_group()
         # 3. Docker, the NETWORKS check, and the orphan sweep.
@@ -330,6 +340,9 @@ def _add_loops(
         publish=bus.publish,
         interval_s=settings.recovery.interval_s,
         min_idle_ms=settings.recovery.min_idle_ms,
+    )
+    worker.stop = GracefulStop(
+        [consumer, recovery], buffer, grace_s=settings.shutdown_grace_ns / 1e9
     )
     # A Redis outage shows in `relay health` while the loops keep retrying.
     worker.composition.health.watch("redis", lambda: consumer.health.healthy)

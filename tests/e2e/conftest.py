@@ -24,6 +24,9 @@ def worker_env(redis_url: str, unique: str) -> dict[str, str]:
         "REDIS_GROUP": f"group-{unique}",
         "RELAY_HOSTNAME": f"host-{unique}",
         "LOG_LEVEL": "DEBUG",
+        # Teardown SIGTERMs each worker and waits 30 s: a shorter grace than the
+        # 30 s default keeps a worker with work in flight inside that wait.
+        "SHUTDOWN_GRACE": "10s",
     }
 
 

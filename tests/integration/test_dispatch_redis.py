@@ -13,7 +13,8 @@ import redis.exceptions
 from structlog.testing import capture_logs
 
 from relay.adapters.redis.connection import redis_client
-from relay.adapters.redis.keys import dlq_key
+from relay.adapters.redis.keys import dlq_key, invocation_key
+from relay.adapters.redis.stream import RedisEventStream
 from relay.application.consumer import ConnectionHealth, ConsumerLoop, MessageBuffer, RecoveryLoop
 from relay.domain import events as ev
 from relay.domain.execution import InvocationRequest, InvocationResult
@@ -186,6 +187,35 @@ async def test_a_deleted_pending_body_is_counted_and_dropped_never_run(
     assert published == [ev.PendingEntryDropped(message_id=gone)]
     assert world.runtime.requests == []
     assert await world.pending() == set()
+
+
+async def test_a_dropped_entry_s_ledger_hash_gets_the_ledger_retention_ttl(
+    bytes_redis: redis.asyncio.Redis, unique: str
+) -> None:
+    """A message that ran once (a retry is due, so its hash has no TTL) loses its
+    body; the recovery loop drops it, and its ledger hash must then expire after
+    LEDGER_RETENTION like an acknowledged message's, not stay forever."""
+    world = RedisWorld(bytes_redis, unique)
+    world.function(
+        "users", {"events": [rule("events.bad.handler", {"table": ["users"]}, retries=3)]}
+    )
+    world.runtime.script["users/events.bad.handler"] = InvocationResult(ok=False, error="exit 1")
+    await world.stream.ensure_group()
+    gone = await world.add(INSERT)
+    [message] = await world.stream.read(1, 10)
+    assert (await world.dispatch(message)).acknowledged is False
+    key = invocation_key(world.stream_name, "relay", gone)
+    assert await bytes_redis.ttl(key) == -1  # pending: the hash never expires
+    await bytes_redis.xdel(world.stream_name, gone)
+    stream = RedisEventStream(
+        bytes_redis, stream=world.stream_name, group="relay", consumer="w1", ledger_ttl_s=7200
+    )
+    loop = RecoveryLoop(stream, world.dispatch, MessageBuffer(4), min_idle_ms=0)
+    async with anyio.create_task_group() as tg:
+        assert await loop.tick(tg) == 0
+    assert await world.pending() == set()
+    assert 7000 < await bytes_redis.ttl(key) <= 7200
+    assert len(world.runtime.requests) == 1  # dropped, never run again
 
 
 async def test_two_workers_on_one_message_run_the_handler_once(

@@ -268,3 +268,16 @@ def test_recovery_cadence_defaults_and_test_knobs() -> None:
     assert (fast.recovery.interval_s, fast.recovery.min_idle_ms) == (0.5, 1000)
     assert "test-only" in rejects("RELAY_TEST_RECOVERY_INTERVAL", "0s")
 
+
+@pytest.mark.parametrize(
+    ("value", "ns"), [("", 30 * SECOND), ("  ", 30 * SECOND), ("2m", 2 * MINUTE), ("0s", 0)]
+)
+def test_shutdown_grace_accepted(value: str, ns: int) -> None:
+    assert load_settings({**BASE, "SHUTDOWN_GRACE": value}).shutdown_grace_ns == ns
+
+
+@pytest.mark.parametrize("value", ["30", "-5s", "5 minutes", "1d", "abc", "s"])
+def test_shutdown_grace_rejected(value: str) -> None:
+    assert rejects("SHUTDOWN_GRACE", value) == (
+        f"SHUTDOWN_GRACE={value!r} is invalid: a Go duration of 0s or more, such as 30s or 2m"
+    )

@@ -246,3 +246,80 @@ async def test_messages_are_dispatched_by_at_most_one_task_per_buffer_place() ->
     assert sorted(seen) == sorted(stream.entries)  # each message once
     assert len(tasks) <= 4  # the dispatching tasks are reused, not one per message
     assert buffer.occupancy == 0
+
+
+class HeldReads(InMemoryEventStream):
+    """A stream whose next read waits at the broker until ``answer`` is set."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.reading = anyio.Event()
+        self.answer = anyio.Event()
+        self.counts: list[int] = []
+
+    async def read(
+        self, count: int, block_ms: int, patience_s: float = 10.0
+    ) -> list[StreamMessage]:
+        self.counts.append(count)
+        if not self.answer.is_set():
+            self.reading.set()
+            await self.answer.wait()
+        return await super().read(count, block_ms, patience_s)
+
+
+async def test_messages_read_while_recovery_filled_the_buffer_are_all_dispatched() -> None:
+    """The consumer asks for 4 with 4 free places; while the read waits at the
+    broker, a recovery pass finds 2 idle messages. Every message the read then
+    brings must be dispatched, none left pending for the next reclaim."""
+    clock = FakeClock()
+    stream = HeldReads(clock)
+    stream.answer.set()
+    idle = [stream.add(b"{}") for _ in range(2)]
+    await stream.read(2, 0)  # delivered long ago, never acknowledged
+    clock.advance(61)
+    fresh = [stream.add(b"{}") for _ in range(4)]
+    stream.answer = anyio.Event()
+    buffer = MessageBuffer(4)
+    dispatch = GatedDispatch()
+    consumer = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
+    recovery = RecoveryLoop(stream, dispatch, buffer, interval_s=3600)
+    async with anyio.create_task_group() as tg:
+        await tg.start(consumer.run)
+        await stream.reading.wait()  # the read of 4 is at the broker
+        tg.start_soon(recovery.tick, tg)
+        await wait_for(lambda: buffer.free == 0 or len(dispatch.seen) == 2)
+        stream.answer.set()
+        with anyio.move_on_after(2):  # polls until all six ran, or gives up
+            while len(dispatch.seen) < 6 or buffer.occupancy:
+                dispatch.release(6)
+                await anyio.sleep(0.001)
+        tg.cancel_scope.cancel()
+    assert stream.counts[1] == 4
+    assert sorted(dispatch.seen) == sorted(idle + fresh)  # each once, none skipped
+    assert buffer.free == 4
+
+
+async def test_recovery_gets_places_while_the_consumer_idles_on_a_quiet_stream() -> None:
+    """Each idle read reserves every free place while it blocks; between two reads
+    a waiting recovery pass must still get them."""
+    clock = FakeClock()
+    stream = InMemoryEventStream(clock)
+    idle = [stream.add(b"{}") for _ in range(2)]
+    await stream.read(2, 0)
+    clock.advance(61)
+    buffer = MessageBuffer(4)
+    seen: list[str] = []
+
+    async def dispatch(message: StreamMessage) -> None:
+        seen.append(message.id)
+
+    consumer = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
+    recovery = RecoveryLoop(stream, dispatch, buffer, interval_s=3600)
+    async with anyio.create_task_group() as tg:
+        await tg.start(consumer.run)
+        await wait_for(lambda: stream.reads >= 3)  # the consumer idles, reading nothing
+        with anyio.fail_after(5):
+            assert await recovery.tick(tg) == 2
+        await wait_for(lambda: len(seen) == 2)
+        tg.cancel_scope.cancel()
+    assert sorted(seen) == sorted(idle)

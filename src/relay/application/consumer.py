@@ -5,6 +5,12 @@ holds a place from the moment it is read or reclaimed until its dispatch ends
 (acknowledged, dead-lettered or left pending). When the buffer is full the
 consumer stops reading, so the backlog stays in the broker, not in memory.
 
+On shutdown (:meth:`ConsumerLoop.stop_reading`, see :mod:`relay.application.
+shutdown`) a loop stops taking messages at once: a wait for room or a backoff
+ends there, a broker call already made is let finish and what it brings is
+dispatched too (cancelling it could leave those messages pending unseen). The
+loop's ``run`` then returns once every dispatch it started has ended.
+
 Neither loop ever exits on a broker error: it logs one line when the broker
 starts failing, retries with jittered backoff (1 s doubling to 30 s), and logs
 one line when it answers again (:class:`ConnectionHealth`).
@@ -18,6 +24,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import anyio
+import anyio.lowlevel
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
@@ -52,13 +59,21 @@ def _answered_within(seconds: float, what: str) -> Iterator[None]:
 
 
 class MessageBuffer:
-    """At most ``size`` messages held locally; a message id is held once."""
+    """At most ``size`` messages held locally; a message id is held once.
+
+    A loop reserves places *before* it asks the broker (:meth:`reserve`), for as
+    many messages as it asks for: what the broker hands over then always has a
+    place, even when the other loop filled the rest of the buffer meanwhile. (A
+    message read without a place would sit in the pending list, unprocessed,
+    until the recovery loop's next pass found it idle.)
+    """
 
     def __init__(self, size: int) -> None:
         if size <= 0:
             raise ValueError("the buffer size must be positive")
         self.size = size
         self._held: set[str] = set()
+        self._reserved = 0
         self._changed: anyio.Event | None = None
 
     @property
@@ -68,7 +83,8 @@ class MessageBuffer:
 
     @property
     def free(self) -> int:
-        return self.size - len(self._held)
+        """Places neither held nor reserved."""
+        return self.size - len(self._held) - self._reserved
 
     def take(self, message_id: str) -> bool:
         """Hold ``message_id``; False when full or already held (being processed)."""
@@ -77,11 +93,39 @@ class MessageBuffer:
         self._held.add(message_id)
         return True
 
+    @contextlib.contextmanager
+    def reserve(self, count: int) -> Iterator[Places]:
+        """Up to ``count`` free places, kept for the messages of one broker call;
+        the places not taken are given back when the block ends."""
+        places = Places(self, max(0, min(count, self.free)))
+        self._reserved += places.count
+        try:
+            yield places
+        finally:
+            if places.left:
+                self._reserved -= places.left
+                places.given_back, places.left = places.left, 0
+                self._notify()
+
     def release(self, message_id: str) -> None:
         self._held.discard(message_id)
+        self._notify()
+
+    def _notify(self) -> None:
         if self._changed is not None:
             self._changed.set()
             self._changed = None
+
+    async def wait_empty(self) -> None:
+        """Wait until nothing is held or reserved (shutdown's drain)."""
+        while self._held or self._reserved:
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+
+    def room(self, batch: int = 1) -> bool:
+        """Whether :meth:`wait_free` would return at once."""
+        return not (self.free <= 0 or (self._held and self.free < batch))
 
     async def wait_free(self, batch: int = 1) -> None:
         """Wait until a place is free; while messages are in flight, until ``batch``
@@ -90,6 +134,53 @@ class MessageBuffer:
             if self._changed is None:
                 self._changed = anyio.Event()
             await self._changed.wait()
+
+
+class Places:
+    """Places reserved in a :class:`MessageBuffer` for one broker call."""
+
+    def __init__(self, buffer: MessageBuffer, count: int) -> None:
+        self._buffer = buffer
+        self.count = count
+        self.left = count
+        self.given_back = 0
+
+    def take(self, message_id: str) -> bool:
+        """Hold ``message_id`` in a reserved place; False when it is already held
+        (being processed) or every reserved place is taken."""
+        buffer = self._buffer
+        if self.left <= 0 or message_id in buffer._held:
+            return False
+        self.left -= 1
+        buffer._reserved -= 1
+        buffer._held.add(message_id)
+        return True
+
+
+class Intake:
+    """Whether a loop still takes new messages. :meth:`stop` ends the wait the
+    loop is in (for room, a backoff, its interval) at once; a broker call is
+    never made inside :meth:`waiting`, so one in progress finishes."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self._scope: anyio.CancelScope | None = None
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        with anyio.CancelScope() as scope:
+            if self.stopped:
+                scope.cancel()
+            self._scope = scope
+            try:
+                yield
+            finally:
+                self._scope = None
 
 
 class ConnectionHealth:
@@ -142,6 +233,13 @@ class Dispatchers:
         self._buffer = buffer
         self._queue: deque[StreamMessage] = deque()
         self._idle: deque[anyio.Event] = deque()
+        self._closed = False
+
+    def close(self) -> None:
+        """No more messages: each task ends once the queue is empty."""
+        self._closed = True
+        while self._idle:
+            self._idle.popleft().set()
 
     def hand(self, message: StreamMessage) -> None:
         self._queue.append(message)
@@ -154,6 +252,8 @@ class Dispatchers:
         while True:
             while self._queue:
                 await _dispatch_one(self._dispatch, self._buffer, self._queue.popleft())
+            if self._closed:
+                return
             wake = anyio.Event()
             self._idle.append(wake)
             await wake.wait()
@@ -178,31 +278,53 @@ class ConsumerLoop:
         self._block_ms = block_ms
         self._call_timeout_s = call_timeout_s
         self.health = health or ConnectionHealth("consumer")
+        self.intake = Intake()
+
+    def stop_reading(self) -> None:
+        """Read nothing more; ``run`` returns once what was read is dispatched."""
+        self.intake.stop()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         await self._ensure_group()
         task_status.started()
+        intake = self.intake
         async with anyio.create_task_group() as tg:
             workers = Dispatchers(tg, self._dispatch, self._buffer)
             # Read again once half the buffer is free: a read then brings several
             # messages (fewer XREADGROUPs per event under load) while the other
             # half keeps the concurrency slots busy. An idle worker reads at once.
             batch = max(1, self._buffer.size // 2)
-            while True:
-                await self._buffer.wait_free(batch)
-                try:
-                    # Bounded by the stream: a frozen (paused, partitioned) server
-                    # never answers.
-                    messages = await self._stream.read(
-                        self._buffer.free, self._block_ms, self._call_timeout_s
-                    )
-                except Exception as exc:  # noqa: BLE001 - never exit: back off and retry
-                    await anyio.sleep(self.health.failed(exc))
+            while not intake.stopped:
+                if not self._buffer.room(batch):
+                    with intake.waiting():
+                        await self._buffer.wait_free(batch)
+                    if intake.stopped:
+                        break
+                with self._buffer.reserve(self._buffer.free) as places:
+                    try:
+                        # Bounded by the stream: a frozen (paused, partitioned)
+                        # server never answers.
+                        messages = await self._stream.read(
+                            places.count, self._block_ms, self._call_timeout_s
+                        )
+                    except Exception as exc:  # noqa: BLE001 - never exit: back off and retry
+                        backoff: float | None = self.health.failed(exc)
+                    else:
+                        backoff = None
+                        for message in messages:
+                            if places.take(message.id):
+                                workers.hand(message)
+                if backoff is not None:
+                    with intake.waiting():
+                        await anyio.sleep(backoff)
                     continue
                 self.health.succeeded()
-                for message in messages:
-                    if self._buffer.take(message.id):
-                        workers.hand(message)
+                if places.given_back:
+                    # An idle read holds every free place while it blocks: let a
+                    # recovery pass waiting for room take them before reading
+                    # again, or it would wait for good on a quiet stream.
+                    await anyio.lowlevel.checkpoint()
+            workers.close()
 
     async def _ensure_group(self) -> None:
         while True:
@@ -241,18 +363,26 @@ class RecoveryLoop:
         self._interval_s = interval_s
         self._min_idle_ms = min_idle_ms
         self.health = health or ConnectionHealth("recovery")
+        self.intake = Intake()
+
+    def stop_reading(self) -> None:
+        """Reclaim nothing more; ``run`` returns once what was handed over ended."""
+        self.intake.stop()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        intake = self.intake
         async with anyio.create_task_group() as tg:
-            while True:
+            while not intake.stopped:
                 try:
                     await self.tick(tg)
                 except Exception as exc:  # noqa: BLE001 - never exit: retry on the next tick
-                    await anyio.sleep(min(self.health.failed(exc), self._interval_s))
+                    with intake.waiting():
+                        await anyio.sleep(min(self.health.failed(exc), self._interval_s))
                     continue
                 self.health.succeeded()
-                await anyio.sleep(self._interval_s)
+                with intake.waiting():
+                    await anyio.sleep(self._interval_s)
 
     async def tick(self, tg: TaskGroup) -> int:
         """One whole pass over the pending list; returns how many messages it handed
@@ -261,15 +391,19 @@ class RecoveryLoop:
         interval, and retries could fall behind for good under sustained failures."""
         handed = 0
         while True:
-            await self._buffer.wait_free()
-            with _answered_within(self._call_timeout_s, "a reclaim of pending messages"):
-                batch = await self._stream.reclaim(self._min_idle_ms, self._buffer.free)
+            with self.intake.waiting():
+                await self._buffer.wait_free()
+            if self.intake.stopped:
+                break
+            with self._buffer.reserve(self._buffer.free) as places:
+                with _answered_within(self._call_timeout_s, "a reclaim of pending messages"):
+                    batch = await self._stream.reclaim(self._min_idle_ms, places.count)
+                for message in batch.messages:
+                    if places.take(message.id):
+                        handed += 1
+                        tg.start_soon(_dispatch_one, self._dispatch, self._buffer, message)
             if batch.deleted:
                 await self._drop(batch.deleted)
-            for message in batch.messages:
-                if self._buffer.take(message.id):
-                    handed += 1
-                    tg.start_soon(_dispatch_one, self._dispatch, self._buffer, message)
             if batch.complete:
                 break
         return handed

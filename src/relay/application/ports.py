@@ -89,7 +89,9 @@ class EventStream(Protocol):
         ...
 
     async def drop(self, ids: Sequence[str]) -> None:
-        """Remove dangling ids (deleted or trimmed bodies) from the pending list."""
+        """Remove dangling ids (deleted or trimmed bodies) from the pending list;
+        their ledger hashes expire after ``LEDGER_RETENTION``, as an acknowledged
+        message's do."""
         ...
 
 

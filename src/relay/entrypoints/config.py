@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from redis.connection import parse_url as redis_parse_url
 
-from relay.domain.durations import MINUTE, DurationError, parse_duration
+from relay.domain.durations import MINUTE, SECOND, DurationError, parse_duration
 from relay.domain.errors import ConfigError
 from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
 
@@ -32,6 +32,8 @@ HARD_MAX_EVENT_BYTES = 1 * MIB
 DEFAULT_STATE_DIR = Path("/var/lib/relay")
 DEFAULT_RUN_DIR = Path("/run/relay")
 DEFAULT_FUNCTIONS_DIR = Path("/functions")
+# How long a stopping worker lets in-flight invocations finish (SHUTDOWN_GRACE).
+DEFAULT_SHUTDOWN_GRACE_NS = 30 * SECOND
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,7 @@ class Settings:
     networks: tuple[str, ...] = ()
     warm_idle_timeout_ns: int = 5 * MINUTE
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    shutdown_grace_ns: int = DEFAULT_SHUTDOWN_GRACE_NS
     traefik: TraefikSettings = field(default_factory=TraefikSettings)
     hostname: str = ""
     paths: Paths = field(default_factory=Paths)
@@ -195,6 +198,12 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             parse_event_bytes,
             DEFAULT_MAX_EVENT_BYTES,
             "a size from 1 byte to 1MiB, in bytes or with a KiB/MiB suffix",
+        ),
+        shutdown_grace_ns=c.parse(
+            "SHUTDOWN_GRACE",
+            non_negative_duration,
+            DEFAULT_SHUTDOWN_GRACE_NS,
+            "a Go duration of 0s or more, such as 30s or 2m",
         ),
         traefik=TraefikSettings(
             network=c.raw("TRAEFIK_NETWORK"),
@@ -350,6 +359,16 @@ def positive_duration(value: str) -> int:
     except DurationError:
         raise ValueError(value) from None
     if ns <= 0:
+        raise ValueError(value)
+    return ns
+
+
+def non_negative_duration(value: str) -> int:
+    try:
+        ns = parse_duration(value)
+    except DurationError:
+        raise ValueError(value) from None
+    if ns < 0:
         raise ValueError(value)
     return ns
 

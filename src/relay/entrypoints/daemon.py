@@ -9,8 +9,12 @@ Order matters and is written down here once:
    the ``NETWORKS`` check, the orphan sweep, then the adapters;
 4. the first reconcile of the functions directory, then the background loops,
    each started with ``task_status`` so the worker is "ready" only when all are;
-5. SIGINT/SIGTERM cancel the loops; cleanup (containers, final stats flush,
-   sockets, Redis last) runs shielded within a bounded budget.
+5. the first SIGINT/SIGTERM stops reading and reclaiming at once and lets the
+   invocations in flight finish within ``SHUTDOWN_GRACE`` (30 s by default; a
+   second signal ends the grace at once), then cancels the loops: what was still
+   running releases its claims uncharged (:mod:`relay.application.shutdown`);
+   cleanup (containers, final stats flush, sockets, Redis last) runs shielded
+   within a bounded budget.
 """
 
 from __future__ import annotations
@@ -19,13 +23,13 @@ import gc
 import importlib.util
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import anyio
 import structlog
 
-from relay.bootstrap import build_worker
+from relay.bootstrap import Worker, build_worker
 from relay.domain.errors import ConfigError, RelayError
 from relay.entrypoints.config import Settings, load_settings
 from relay.entrypoints.logging import configure_logging
@@ -69,7 +73,7 @@ async def run(settings: Settings, functions_dir: Path) -> None:
     log.info("relay_starting", functions=str(functions_dir), stream=settings.redis.stream,
              group=settings.redis.group, consumer=settings.hostname)
     async with build_worker(settings, functions_dir) as worker, anyio.create_task_group() as tg:
-        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        tg.start_soon(_stop_on_signal, tg.cancel_scope, worker)
         await worker.start(tg)
         # What start-up built (modules, clients, the catalog) lives as long as the
         # process: freezing it keeps it out of every later collection, so a full
@@ -81,9 +85,22 @@ async def run(settings: Settings, functions_dir: Path) -> None:
     log.info("relay_stopped")
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+async def _stop_on_signal(scope: anyio.CancelScope, worker: Worker) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             log.info("relay_stopping", signal=signal.Signals(signum).name)
-            scope.cancel()
-            return
+            break
+        hurry = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_hurry_on_signal, signals, hurry)
+            await worker.drain(hurry)
+            tg.cancel_scope.cancel()
+        scope.cancel()
+
+
+async def _hurry_on_signal(signals: AsyncIterator[int], hurry: anyio.Event) -> None:
+    """A second signal during the grace: cancel what is in flight at once."""
+    async for signum in signals:
+        log.info("relay_stopping_now", signal=signal.Signals(signum).name)
+        hurry.set()
+        return

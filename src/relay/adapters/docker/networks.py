@@ -58,7 +58,8 @@ async def sweep_orphans(
         except aiodocker.DockerError as exc:
             raise DependencyUnavailable(f"docker could not list containers: {exc.message}") from exc
         for container in stale:
-            labels = container._container.get("Labels") or {}  # list() already returned them
+            # list() already returned them (DockerContainer's public mapping access)
+            labels = (container["Labels"] if "Labels" in container else None) or {}  # noqa: SIM401 - it has no get()
             mine = labels.get("relay.hostname") == hostname
             if not mine or labels.get("relay.type") != EXECUTION_TYPE:
                 continue  # belt and braces: never trust a filter with someone else's container

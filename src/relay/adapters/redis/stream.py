@@ -18,10 +18,11 @@ import hiredis
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from relay.adapters.redis.keys import translated
+from relay.adapters.redis.keys import invocation_key, translated
 from relay.adapters.redis.takeover import OpenConnection, bulk, dedicated_connection
 from relay.adapters.takeover import TakenOver
 from relay.domain.errors import DependencyUnavailable
+from relay.domain.invocation import LEDGER_RETENTION_S
 from relay.domain.outcome import Reclaimed, StreamMessage
 
 EVENT_FIELD: Final = b"event"
@@ -64,8 +65,17 @@ class RedisEventStream:
     Blocking reads hold a connection; give this class its own client or pool.
     """
 
-    def __init__(self, client: Redis, *, stream: str, group: str, consumer: str) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        stream: str,
+        group: str,
+        consumer: str,
+        ledger_ttl_s: int = LEDGER_RETENTION_S,
+    ) -> None:
         self._client = client
+        self._ledger_ttl_s = ledger_ttl_s
         self._stream = stream
         self._group = group
         self._consumer = consumer
@@ -181,9 +191,17 @@ class RedisEventStream:
         ]
 
     async def drop(self, ids: Sequence[str]) -> None:
+        """XACK ids whose body is gone and give their ledger hashes the TTL an
+        acknowledged message's hash gets (``LEDGER_RETENTION``), in one MULTI:
+        nothing will ever settle them, so without it they would stay forever."""
         if ids:
             with translated("XACK"):
-                await self._client.xack(self._stream, self._group, *ids)
+                async with self._client.pipeline(transaction=True) as pipe:
+                    pipe.xack(self._stream, self._group, *ids)
+                    for message_id in ids:
+                        key = invocation_key(self._stream, self._group, message_id)
+                        pipe.expire(key, self._ledger_ttl_s)
+                    await pipe.execute()
 
 
 class _ReadLink(TakenOver):
