@@ -30,10 +30,10 @@ from relay.adapters.docker.containers import (
     ContainerSpec,
     ExecutionContainer,
     ProcessExited,
-    ProtocolError,
     start_container,
 )
 from relay.adapters.docker.direct import DirectSockets
+from relay.adapters.docker.lines import ProtocolError
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
 from relay.adapters.docker.pool import FunctionPool, Observer, PooledContainer
 from relay.domain.execution import (
