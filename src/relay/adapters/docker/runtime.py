@@ -36,6 +36,7 @@ from relay.adapters.docker.direct import DirectSockets
 from relay.adapters.docker.lines import ProtocolError
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
 from relay.adapters.docker.pool import FunctionPool, Observer, PooledContainer
+from relay.adapters.linewriter import writer_for
 from relay.domain.execution import (
     DISCARD_EVICTED,
     DISCARD_PROCESS_EXIT,
@@ -59,8 +60,13 @@ START_TIMEOUT_S = 60.0
 
 
 def _stdout_line(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    """The default output: stdout's bounded writer (see ``relay.adapters.linewriter``)."""
+    writer = writer_for(sys.stdout, "stdout")
+    if writer is None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    else:
+        writer.line(line)
 
 
 def _ignore(_: DomainEvent) -> None:
