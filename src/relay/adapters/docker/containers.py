@@ -284,8 +284,10 @@ class ExecutionContainer:
     def exited(self) -> bool:
         """True once the attachment saw end-of-stream (the process is gone), or
         the socket broke the protocol (then Relay closed it: the process leaves)."""
-        if self.channel.closed:
-            return True
+        return self.channel.closed or self.link_broken()
+
+    def link_broken(self) -> bool:
+        """The socket carried more than an answer (a handler wrote into it)."""
         link = self.direct.link if self.direct is not None else None
         return link is not None and bool(link.broken)
 

@@ -240,9 +240,11 @@ class DockerContainerRuntime:
         container = await self._lease(pool) if leased is None else leased
         assert isinstance(container, ExecutionContainer)
         while container.exited():
-            # died while idle (killed, out of memory, its own deadline): not this
-            # event's fault, so it never runs on it
-            pool.discard_busy(container, DISCARD_PROCESS_EXIT)
+            # died while idle (killed, out of memory, its own deadline), or its
+            # handler flooded Relay's socket after answering: not this event's
+            # fault, so it never runs on it
+            broken = container.link_broken() and not container.channel.closed
+            pool.discard_busy(container, DISCARD_PROTOCOL_ERROR if broken else DISCARD_PROCESS_EXIT)
             await container.destroy()
             container = await self._lease(pool)
         return container
