@@ -145,6 +145,21 @@ async def test_closing_writes_out_what_is_queued(pipe: tuple[int, int]) -> None:
     assert writer.dropped == 0
 
 
+async def test_after_close_a_stalled_pipe_drops_instead_of_hanging_the_exit(
+    pipe: tuple[int, int],
+) -> None:
+    _, w = pipe
+    os.set_blocking(w, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(w, b"z" * 4096)  # the pipe is full: its reader stalled
+    os.set_blocking(w, True)
+    writer = BoundedLineWriter(w, "stderr")
+    writer.close(timeout_s=0.05)
+    writer.line("relay_stopped")  # would block for ever if written directly
+    assert writer.dropped == 1
+
+
 async def test_a_reader_that_went_away_drops_and_counts(pipe: tuple[int, int]) -> None:
     r, w = pipe
     os.close(r)

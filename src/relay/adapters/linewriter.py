@@ -52,6 +52,7 @@ class BoundedLineWriter:
         self._ready = threading.Condition(threading.Lock())
         self._unreported = 0  # lines dropped since the last marker
         self._closing = False
+        self._budget = CLOSE_BUDGET_S  # how long a write after close may wait
         self._failed = False
         self.dropped = 0  # lines dropped in all
         self.peak = 0  # the most characters ever queued
@@ -94,6 +95,7 @@ class BoundedLineWriter:
         Later lines are written directly: the loop they could stall is over."""
         with self._ready:
             self._closing = True
+            self._budget = timeout_s
             self._ready.notify()
         self._thread.join(timeout_s)
 
@@ -134,11 +136,15 @@ class BoundedLineWriter:
                 self._failed = True
 
     def _write_late(self, text: str) -> None:
-        """After close: written at once while the thread is done, else dropped."""
-        if self._thread.is_alive() or self._failed:
-            self.dropped += 1
-            return
-        self._send(text)
+        """After close: written at once if the pipe takes it within the close
+        budget (the thread is done), else dropped: exit never hangs on a reader."""
+        if not self._thread.is_alive() and not self._failed:
+            with contextlib.suppress(OSError, ValueError):
+                _, ready, _ = select.select([], [self.fd], [], self._budget)
+                if ready:
+                    self._send(text)
+                    return
+        self.dropped += 1
 
 
 _WRITERS: dict[tuple[int, int], BoundedLineWriter] = {}
