@@ -2,14 +2,16 @@
 
     .venv/bin/python bench/invoke_ab.py [--rounds 7] [--invocations 4000]
         [--old-rev REV] [--asyncio] [--only old|new]
-        [--cprofile new|old] [--cprofile-out FILE]
+        [--cprofile new|old] [--cprofile-out FILE] [--direct]
 
 The OLD side is ``src/relay/adapters/docker/{pool,containers,runtime}.py`` as of
 ``--old-rev`` (default: the commit before the hot path was slimmed), loaded from
 git into a throwaway package; the NEW side is the working tree. Both runtimes
 live in this one process, under uvloop (``--asyncio`` for the stock loop), each
 with 4 warm containers of a no-op Python handler (image from ``bench/warm.py``,
-removed afterwards). Each round runs ``--invocations`` from 4 concurrent tasks
+removed afterwards); ``--direct`` gives every container Relay's own socket, as the
+worker does with a local engine (requests and Python's answers then skip the
+attach stream). Each round runs ``--invocations`` from 4 concurrent tasks
 on one side, then the other (the order alternates), and measures this process's
 CPU time (user + system, as ``time.process_time``): it does not depend on what else the machine
 is doing, unlike wall time. As in the worker, pool events go to a
@@ -107,9 +109,11 @@ async def main(args: argparse.Namespace, image: str) -> None:
             subscribe(bus, Metrics())
             # older runtimes published batches to the bus; newer ones notify it at once
             params = inspect.signature(module.DockerContainerRuntime).parameters
-            wiring = (
+            wiring: dict[str, Any] = (
                 {"publish": bus.publish} if "publish" in params else {"observer": bus.notify}
             )
+            if args.direct:
+                wiring["direct_dir"] = Path(tempfile.mkdtemp(prefix="relay-ab-")) / "containers"
             runtime = module.DockerContainerRuntime(
                 docker,
                 hostname=f"bench-ab-{secrets.token_hex(3)}",
@@ -163,6 +167,7 @@ def cli() -> None:
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--old-rev", default=BASELINE_REV)
     parser.add_argument("--asyncio", action="store_true", help="the stock loop, not uvloop")
+    parser.add_argument("--direct", action="store_true", help="Relay's socket per container")
     parser.add_argument("--only", choices=("old", "new"), default=None, help="one side alone")
     parser.add_argument("--cprofile", choices=("old", "new"), default=None)
     parser.add_argument("--cprofile-out", default="/tmp/relay-invoke-ab.prof")

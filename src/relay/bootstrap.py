@@ -30,6 +30,7 @@ from relay.adapters.docker.runtime import DockerContainerRuntime
 from relay.adapters.fs.discovery import FsFunctionSource
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
+from relay.adapters.linewriter import DroppedLines, writer_for
 from relay.adapters.metrics.backlog import redis_backlog_reader
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.server import MetricsServer, sample_backlog
@@ -210,6 +211,16 @@ def _print_line(line: str) -> None:
     sys.stdout.flush()
 
 
+def _stdout_output(stack: AsyncExitStack) -> Callable[[str], None]:
+    """Forwarded handler lines, through a bounded writer thread: a stdout nobody
+    reads drops lines (counted, said in one line) instead of stalling the loop."""
+    writer = writer_for(sys.stdout, "stdout")
+    if writer is None:  # an in-memory stdout cannot block
+        return _print_line
+    stack.callback(writer.close)
+    return writer.line
+
+
 @asynccontextmanager
 async def build_worker(
     settings: Any, functions_dir: Path, *, output: Callable[[str], None] | None = None
@@ -221,6 +232,8 @@ async def build_worker(
         # 1. The process lock, before anything can disturb a running worker.
         lock = ProcessLock(paths.run_dir)
         stack.callback(lock.close)
+        if output is None:  # closed after everything else: what is queued goes out
+            output = _stdout_output(stack)
         # 2. Redis and the consumer group.
         redis = await connect_redis(settings.redis.url)
         stack.push_async_callback(_shielded(redis.aclose))
@@ -240,13 +253,14 @@ async def build_worker(
         log.info("orphan_sweep_done", removed=swept)
         # 4. Adapters.
         metrics = Metrics()
+        metrics.registry.register(DroppedLines())
         bus = MessageBus({})
         runtime = DockerContainerRuntime(
             docker,
             hostname=settings.hostname,
             networks=settings.networks,
             idle_timeout_s=settings.warm_idle_timeout_ns / 1e9,
-            output=output or _print_line,
+            output=output,
             max_containers=settings.max_concurrency,
             observer=bus.notify,
             direct_dir=_direct_dir(docker, paths.direct_dir),

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from relay.adapters.docker.attach import READ_LIMIT
 from relay.adapters.docker.containers import ContainerSpec, ExecutionContainer, start_container
+from relay.adapters.docker.lines import MAX_LINE_BYTES, line_cut
 from relay.domain.events import ContainerDiscarded
 from tests.integration.runtime_support import (
     BOTH_WAYS,
@@ -141,6 +143,31 @@ async def test_partial_and_endless_lines_do_not_break_the_answer(
         runtime.activate(FN, image, NODE, 1)
         assert_ok(await runtime.invoke(request(FN, "probe.partialStdout")))
         # fd 1 shares the stderr stream: the partial line runs on into the x's
-        assert any("no newline herexxx" in line for line in captured.lines)
-        assert sum(line.count("x") for line in captured.lines) == 200000
-        assert max(len(line) for line in captured.lines) < 70 * 1024
+        head = "no newline here"
+        dropped = len(head) + 200000 - MAX_LINE_BYTES
+        texts = [line.split('": ', 1)[1] for line in captured.lines]
+        assert texts == [head + "x" * (MAX_LINE_BYTES - len(head)) + line_cut(dropped).decode()]
+
+
+@BOTH_WAYS
+@pytest.mark.parametrize("newlines", [False, True], ids=["one-line", "lines"])
+async def test_a_flood_before_the_answer_is_read_in_bounded_memory(
+    image: str, unique: str, direct: bool, newlines: bool
+) -> None:
+    # the answer comes on stderr right after the flood: it is still found, and
+    # what Relay held stayed bounded
+    async with runtime_for(f"w-{unique}", direct=direct) as (runtime, captured, _):
+        runtime.activate(FN, image, NODE, 1)
+        flood = {"mib": 8, "newlines": newlines}
+        assert_ok(await runtime.invoke(request(FN, "probe.flood", flood)))
+        texts = [line.split('": ', 1)[1] for line in captured.lines]
+        if newlines:
+            assert texts == ["f" * 1023] * (8 * 1024) + ["", "FLOODED"]
+        else:
+            cut = line_cut(8 * 2**20 - MAX_LINE_BYTES).decode()
+            assert texts == ["f" * MAX_LINE_BYTES + cut, "FLOODED"]
+        (idle,) = runtime._pools[FN].idle  # reach in: the reader's own counters
+        assert isinstance(idle, ExecutionContainer)
+        assert idle.channel.peak <= READ_LIMIT + 256 * 1024  # one read of the connection
+        assert idle.buffered() <= MAX_LINE_BYTES
+        assert_ok(await runtime.invoke(request(FN, "probe.hello")))

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import io
+import os
+import threading
+from functools import partial
 
+import anyio
+import anyio.lowlevel
 import pytest
 import structlog
 
+from relay.adapters.linewriter import MAX_QUEUED_CHARS, writer_for
 from relay.entrypoints.logging import configure_logging, render_value
 
 
@@ -60,3 +66,35 @@ def test_render_value() -> None:
     assert render_value("two words") == '"two words"'
     assert render_value("") == '""'
     assert render_value(1.5) == "1.5"
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)  # the old blocking write never returns: fail, do not hang
+async def test_a_stderr_nobody_reads_never_blocks_the_loop_and_drops_are_said() -> None:
+    r, w = os.pipe()  # blocking, as a stderr piped into a stalled log shipper
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.extend(iter(partial(os.read, r, 65536), b"")))
+    try:
+        with os.fdopen(w, "w", closefd=False) as stderr:
+            try:
+                configure_logging("INFO", stream=stderr)
+                log = structlog.get_logger("t")
+                for n in range(20_000):  # about 1.6 MB; the pipe takes 64 KiB
+                    log.info("flooded", n=n)
+                    if n % 100 == 0:
+                        await anyio.lowlevel.checkpoint()
+                writer = writer_for(stderr, "stderr")
+                assert writer is not None
+                assert writer.peak <= MAX_QUEUED_CHARS
+                assert writer.dropped > 0
+            finally:
+                reader.start()  # the reader comes back (and a write stuck in it ends)
+            writer.close()
+        os.close(w)
+        reader.join(30)
+    finally:
+        os.close(r)
+    lines = b"".join(read).decode().splitlines()
+    said = [int(line.split()[1]) for line in lines if line.startswith("relay: ")]
+    assert sum(said) == writer.dropped
+    assert len([line for line in lines if "msg=flooded" in line]) + writer.dropped == 20_000

@@ -23,16 +23,17 @@ from relay.adapters.docker.containers import (
     ContainerSpec,
     ExecutionContainer,
     ProcessExited,
-    ProtocolError,
     container_config,
 )
 from relay.adapters.docker.direct import (
+    MAX_PENDING_BYTES,
     MOUNT_TARGET,
     SOCKET_NAME,
     DirectLink,
     DirectSocket,
     DirectSockets,
 )
+from relay.adapters.docker.lines import ProtocolError
 from relay.bootstrap import _direct_dir
 from relay.domain.execution import InvocationRequest
 from tests.unit.attach_frames import STDERR, Message, mux
@@ -235,6 +236,35 @@ async def test_an_answer_on_the_socket_without_a_count_is_a_protocol_error(
     )
     with pytest.raises(ProtocolError, match="does not count"):
         await call(container)
+
+
+async def test_a_socket_flooded_while_idle_is_cut_off_and_its_container_not_reused(
+    tmp_path: Path,
+) -> None:
+    # newlines do not make a flood acceptable: the bound is on bytes held
+    container, peer = make(lambda nonce: [], tmp_path)
+    link = peer.link
+    assert link is not None
+    for _ in range(40):
+        link.data_received(b"x\n" * 1000)
+    assert link.broken
+    assert len(link.buffer) == 0
+    assert link.peak <= MAX_PENDING_BYTES
+    assert not link.usable()  # Relay closed it: the bootstrap leaves
+    assert container.exited()  # so the pool discards it before it serves again
+
+
+async def test_a_socket_flooded_during_a_request_fails_it_with_one_clear_line(
+    tmp_path: Path,
+) -> None:
+    container, peer = make(lambda nonce: [("socket", b"y\n" * 40_000)], tmp_path)
+    with pytest.raises(ProtocolError) as raised:
+        await call(container)
+    assert str(raised.value) == (
+        f"the socket carried more than {MAX_PENDING_BYTES} bytes that are not an answer"
+    )
+    assert peer.link is not None
+    assert len(peer.link.buffer) == 0
 
 
 async def test_a_bootstrap_that_could_not_connect_turns_the_sockets_off_once(

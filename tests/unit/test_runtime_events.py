@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import anyio
 import pytest
 
 from relay.adapters.docker.attach import AttachChannel
 from relay.adapters.docker.containers import ContainerSpec, ExecutionContainer
+from relay.adapters.docker.direct import DirectSocket, DirectSockets
 from relay.adapters.docker.runtime import DockerContainerRuntime
 from relay.application.bus import MessageBus
 from relay.domain.events import ContainerAcquired, ContainerDiscarded
@@ -138,3 +140,37 @@ async def test_close_hands_over_the_discarded_idle_containers() -> None:
     assert [type(event).__name__ for event in seen] == [
         "ContainerAcquired", "ContainerDiscarded", "ContainerDiscarded",
     ]
+
+
+class SocketSide:
+    """The container's end of Relay's socket, as the link sees it."""
+
+    def __init__(self) -> None:
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+
+async def test_a_container_whose_socket_was_flooded_while_idle_never_serves(
+    tmp_path: Path,
+) -> None:
+    # its handler wrote into Relay's socket after answering: the next event
+    # goes to another container, unharmed, and the reason is the protocol
+    runtime, seen, _ = warm_runtime(2)
+    flooded = runtime._pools[FN].idle[-1]  # the one leased first
+    assert isinstance(flooded, ExecutionContainer)
+    flooded.direct = DirectSocket(tmp_path / "c", DirectSockets(tmp_path))
+    link = flooded.direct._accept()
+    link.connection_made(SocketSide())
+    link.data_received(b"x\n" * 40_000)
+    assert (await runtime.invoke(REQUEST)).ok
+    discarded = [e for e in seen if isinstance(e, ContainerDiscarded)]
+    assert [e.reason for e in discarded] == ["protocol_error"]
+    assert flooded.container.deleted

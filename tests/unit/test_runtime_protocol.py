@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
-from relay.adapters.docker.attach import READ_LIMIT, AttachChannel, DeadlinePassed
+from relay.adapters.docker.attach import (
+    MAX_FRAME_BYTES,
+    READ_LIMIT,
+    AttachChannel,
+    DeadlinePassed,
+)
 from relay.adapters.docker.containers import (
-    MAX_LINE_BYTES,
     ContainerSpec,
     ExecutionContainer,
     ProcessExited,
-    ProtocolError,
     _Nonces,
 )
+from relay.adapters.docker.lines import MAX_LINE_BYTES, ProtocolError, line_cut
 from relay.domain.execution import InvocationRequest
 from tests.unit.attach_frames import STDERR, STDOUT, Message, answer, frame, mux
 
@@ -40,6 +45,7 @@ class ScriptedTransport:
         self.channel: AttachChannel | None = None
         self.closing = False
         self.reading = True
+        self.held: deque[bytes] = deque()
 
     def write(self, data: bytes) -> None:
         request = json.loads(data)
@@ -59,8 +65,18 @@ class ScriptedTransport:
                 loop.call_later(delay, self._deliver, raw[start : start + size])
 
     def _deliver(self, data: bytes) -> None:
+        # as a real transport: nothing is delivered while reading is paused
+        if not self.reading or self.held:
+            self.held.append(data)
+            return
         assert self.channel is not None
         self.channel.data_received(data)
+
+    def _drain(self) -> None:
+        if self.reading and self.held:
+            assert self.channel is not None
+            self.channel.data_received(self.held.popleft())
+            asyncio.get_running_loop().call_soon(self._drain)
 
     def _lose(self, exc: OSError | None) -> None:
         assert self.channel is not None
@@ -75,6 +91,7 @@ class ScriptedTransport:
 
     def resume_reading(self) -> None:
         self.reading = True
+        asyncio.get_running_loop().call_soon(self._drain)
 
 
 def make(script: Script, chunk: int = 0) -> tuple[ExecutionContainer, ScriptedTransport]:
@@ -201,13 +218,53 @@ async def test_a_frame_after_a_partial_line_ends_that_line() -> None:
     assert lines == [PREFIX + "no newline"]
 
 
-async def test_an_endless_line_is_forwarded_in_bounded_pieces() -> None:
+async def test_an_endless_line_is_cut_at_the_cap_with_a_marker_saying_how_much() -> None:
     big = b"z" * (3 * MAX_LINE_BYTES + 10)
-    container, _ = make(lambda n: [Message(STDERR, big), answer(n)])
+    container, _ = make(lambda n: [Message(STDERR, big), Message(STDERR, b"\nnext\n"), answer(n)])
     _, lines = await call(container)
-    texts = [line.removeprefix(PREFIX) for line in lines]
-    assert "".join(texts) == big.decode()
-    assert max(len(t) for t in texts) <= MAX_LINE_BYTES
+    dropped = 2 * MAX_LINE_BYTES + 10
+    assert lines == [
+        PREFIX + "z" * MAX_LINE_BYTES + line_cut(dropped).decode(),
+        PREFIX + "next",
+    ]
+
+
+@pytest.mark.parametrize("stream", [STDOUT, STDERR])
+@pytest.mark.parametrize("newlines", [False, True], ids=["one-line", "lines"])
+async def test_a_flood_is_held_in_bounded_memory_and_the_answer_still_counts(
+    stream: int, newlines: bool
+) -> None:
+    # 8 MiB in engine-sized frames: what Relay holds never grows past the read
+    # limit plus one frame, and one line's cap, whatever the newlines
+    piece = (b"f" * 1023 + b"\n") if newlines else b"f" * 1024
+    flood = Message(stream, piece * 32)
+    container, transport = make(lambda n: [*[flood] * 256, answer(n, ok=False, error="E: done")])
+    result, lines = await call(container)
+    assert result == (False, "E: done")
+    assert container.channel.peak <= READ_LIMIT + len(mux(flood))
+    assert container.buffered() <= MAX_LINE_BYTES
+    assert not transport.held  # everything was read
+    if newlines:
+        assert lines == [PREFIX + "f" * 1023] * (8 * 1024)
+    elif stream == STDERR:  # the answer ends the line it interrupts
+        cut = line_cut(8 * 2**20 - MAX_LINE_BYTES).decode()
+        assert lines == [PREFIX + "f" * MAX_LINE_BYTES + cut]
+    else:  # stdout has no answer in it: the line goes on in the next call
+        assert lines == []
+        assert container.buffered() == MAX_LINE_BYTES
+
+
+async def test_what_looks_like_the_start_of_a_marker_at_a_cut_stays_output() -> None:
+    container, _ = make(
+        lambda n: [
+            Message(STDERR, b"a\x1erelay-e"),
+            Message(STDERR, b"nd:not-the-nonce\n\x1e"),
+            Message(STDERR, b"\x1e\n" + frame(n)),
+        ]
+    )
+    result, lines = await call(container)
+    assert result == (True, "")
+    assert lines == [PREFIX + "a\x1erelay-end:not-the-nonce", PREFIX + "\x1e\x1e"]
 
 
 async def test_without_a_context_the_message_part_is_left_out() -> None:
@@ -261,6 +318,25 @@ async def test_reading_pauses_past_the_limit_and_resumes_once_read() -> None:
     assert result == (True, "")
     assert transport.reading
     assert len(lines) == 2 * len(chatter)
+
+
+async def test_a_frame_longer_than_the_read_limit_is_read_to_its_end() -> None:
+    # reading pauses past the limit; a frame that is not whole yet must resume
+    # it, or the call waits for bytes that can never come
+    big = Message(STDERR, b"g" * (3 * READ_LIMIT) + b"\n")
+    container, _ = make(lambda n: [big, answer(n)], chunk=16 * 1024)
+    lines: list[str] = []
+    assert await container.call(REQUEST, 2.0, lines.append) == (True, "")
+    assert lines == [PREFIX + "g" * MAX_LINE_BYTES + line_cut(2 * READ_LIMIT).decode()]
+    assert container.channel.peak <= len(mux(big)) + 16 * 1024
+
+
+async def test_a_frame_declared_larger_than_any_engine_sends_is_a_protocol_error() -> None:
+    header = bytes([STDERR, 0, 0, 0]) + (MAX_FRAME_BYTES + 1).to_bytes(4, "big")
+    container, _ = make(lambda n: [])
+    container.channel.data_received(header + b"x" * 100)
+    with pytest.raises(ProtocolError, match="a frame of 1048577 bytes"):
+        await call(container)
 
 
 async def test_a_closed_attachment_refuses_the_request_as_a_process_exit() -> None:

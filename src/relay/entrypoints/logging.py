@@ -4,7 +4,9 @@ Relay's own records are rendered one per line in the ``key=value`` text form
 operators know from Go's slog: ``time=... level=INFO msg=worker_started key=value``.
 ``msg`` is the stable snake_case event name; everything else is a field. Handler
 output is not logged through here: it is forwarded raw by the runtime and is not
-filtered by ``LOG_LEVEL``.
+filtered by ``LOG_LEVEL``. Lines go out through a bounded writer thread
+(:mod:`relay.adapters.linewriter`): a stderr nobody reads drops log lines,
+counted, instead of stalling the worker's event loop.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from datetime import datetime
 from typing import Any, TextIO
 
 import structlog
 
+from relay.adapters.linewriter import writer_for
 from relay.application.log_context import merge_log_context
 
 _LEVELS = {
@@ -80,8 +83,35 @@ def _timestamp(
     return event
 
 
+class _LineLogger:
+    """structlog's final logger: each rendered event is one line for ``write``."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self._write = write
+
+    def msg(self, message: str) -> None:
+        self._write(message)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
 def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None:
-    """Configure structlog for the whole process; call once from an entrypoint."""
+    """Configure structlog for the whole process; call once from an entrypoint.
+
+    A stream with a file descriptor (stderr by default) is written by a bounded
+    writer thread; an in-memory one (tests) directly."""
+    target = stream or sys.stderr
+    writer = writer_for(target, "stderr")
+    factory: Any
+    if writer is None:
+        factory = structlog.PrintLoggerFactory(file=target)
+    else:
+        logger = _LineLogger(writer.line)
+
+        def factory(*_args: object) -> _LineLogger:
+            return logger
+
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -92,6 +122,6 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
             SlogRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
+        logger_factory=factory,
         cache_logger_on_first_use=True,
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final
 
+from relay.adapters.docker.lines import ProtocolError
 from relay.adapters.takeover import TakenOver
 
 # Buffered bytes past which reading pauses until the reader catches up (as
@@ -26,6 +27,9 @@ from relay.adapters.takeover import TakenOver
 # Relay's memory: the engine, then the container's writes, block instead.
 READ_LIMIT: Final = 1 << 16
 HEADER_BYTES: Final = 8
+# The engine frames what it copied from the container's pipe in one read (32 KiB
+# on Docker 20.10); a frame declared larger than this is not the engine's.
+MAX_FRAME_BYTES: Final = 1 << 20
 
 
 class DeadlinePassed(Exception):
@@ -44,6 +48,8 @@ class AttachChannel(TakenOver):
         self.replaced = original
         self._buffer = bytearray()
         self._paused = False
+        # the most bytes ever held unread (what the bounds are checked against)
+        self.peak = 0
         self._waiter: asyncio.Future[None] | None = None
         # the current request's deadline (loop time), and one timer reused across
         # requests: arming and cancelling a timer per request cost more than the rest
@@ -55,8 +61,11 @@ class AttachChannel(TakenOver):
 
     # --- the transport's side ------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        if len(self._buffer) > READ_LIMIT and not self._paused:
+        buffer = self._buffer
+        buffer += data
+        held = len(buffer)
+        self.peak = max(self.peak, held)
+        if held > READ_LIMIT and not self._paused:
             self._paused = True
             self.transport.pause_reading()
         self.wake()
@@ -86,13 +95,25 @@ class AttachChannel(TakenOver):
             raise ConnectionResetError("the container's attachment is closed")
         self.transport.write(data)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet read."""
+        return len(self._buffer)
+
     def next_frame(self) -> tuple[int, bytes] | None:
-        """The next complete ``(stream, payload)`` frame received, if any."""
+        """The next complete ``(stream, payload)`` frame received, if any;
+        ``ProtocolError`` for a frame larger than ``MAX_FRAME_BYTES``."""
         buffer = self._buffer
         if len(buffer) < HEADER_BYTES:
             return None
-        end = HEADER_BYTES + int.from_bytes(buffer[4:HEADER_BYTES], "big")
+        size = int.from_bytes(buffer[4:HEADER_BYTES], "big")
+        end = HEADER_BYTES + size
         if len(buffer) < end:
+            if size > MAX_FRAME_BYTES:
+                raise ProtocolError(f"the attach stream sent a frame of {size} bytes")
+            if self._paused:  # a frame longer than the limit: read on until it is whole
+                self._paused = False
+                self.transport.resume_reading()
             return None
         stream = buffer[0]
         payload = bytes(buffer[HEADER_BYTES:end])

@@ -29,6 +29,7 @@ from relay.adapters.docker.bootstraps import (
     bootstrap_command,
 )
 from relay.adapters.docker.direct import DirectLink, DirectSocket, DirectSockets
+from relay.adapters.docker.lines import LineBuffer, ProtocolError, StderrReader
 from relay.domain.execution import InvocationRequest
 
 log = structlog.get_logger(__name__)
@@ -43,17 +44,12 @@ TMPFS_OPTIONS: Final = "rw,nosuid,nodev,size=64m,mode=1777"
 # eviction) before it exits by itself.
 GRACE_S: Final = 2.0
 CLEANUP_BUDGET_S: Final = 15.0
-MAX_LINE_BYTES: Final = 64 * 1024
 PER_INVOCATION_LABELS: Final = (
     "relay.handler",
     "relay.message_id",
     "relay.event_id",
     "relay.event_name",
 )
-
-
-class ProtocolError(Exception):
-    """The bootstrap answered something that is not a valid frame."""
 
 
 class ProcessExited(Exception):
@@ -138,12 +134,6 @@ def _line_text(raw: bytes) -> str:
     return raw.rstrip(b"\r").decode("utf-8", errors="replace")
 
 
-def _emit(output: Callable[[str], None], prefix: str, raw: bytes) -> None:
-    """One output line, cut into pieces of at most ``MAX_LINE_BYTES``."""
-    for start in range(0, max(len(raw), 1), MAX_LINE_BYTES):
-        output(prefix + _line_text(raw[start : start + MAX_LINE_BYTES]))
-
-
 @dataclass(eq=False)
 class ExecutionContainer:
     """A started container with Relay attached; serves one request at a time.
@@ -160,12 +150,14 @@ class ExecutionContainer:
     created_at: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
     invocations: int = 0
-    _stray: bytearray = field(default_factory=bytearray)
+    # the stdout stream (output only) and the stderr stream (output, then answers)
+    _stray: LineBuffer = field(default_factory=LineBuffer)
+    _stderr: StderrReader = field(default_factory=StderrReader)
     # bytes received on the stderr stream so far (answers on the socket count theirs)
     _err_bytes: int = 0
-    _output: bytearray = field(default_factory=bytearray)
     _request: InvocationRequest | None = None
     _prefix: str = ""
+    _output: Callable[[str], None] | None = None
 
     @property
     def id(self) -> str:
@@ -204,6 +196,9 @@ class ExecutionContainer:
         except (OSError, RuntimeError) as exc:
             raise ProcessExited(str(exc)) from exc
         marker = END_MARKER_PREFIX + nonce.encode()
+        self._output = output
+        stderr = self._stderr
+        stderr.begin(marker, self._line)  # what came after the previous answer
         # an answer from the socket, held until the output it counts has arrived
         pending: _Answer | None = None
         channel.arm(timeout_s)
@@ -212,10 +207,11 @@ class ExecutionContainer:
                 received = channel.next_frame()
                 if received is not None:
                     if received[0] == 1:
-                        self._take_stray(received[1], output)
+                        # the stdout stream carries no protocol: a stray write to fd 1
+                        self._stray.feed(received[1], self._stray_line)
                         continue
                     self._err_bytes += len(received[1])
-                    answer = self._take_output(received[1], marker, output)
+                    answer = stderr.take(received[1], marker, self._line)
                     if answer is not None:
                         return self._result(_parse_answer(answer))
                     continue
@@ -223,11 +219,13 @@ class ExecutionContainer:
                     line = link.take_line()
                     if line is not None:
                         pending = self._answer_on_socket(line, marker)
+                    elif link.broken:
+                        raise ProtocolError(link.broken)
                 if pending is not None and (self._err_bytes >= pending.out or channel.closed):
-                    self._flush_partial(output)  # a last unfinished line is this request's
+                    self._flush_partial()  # a last unfinished line is this request's
                     return self._result(pending)
                 if channel.closed:  # cleanly or not: the runtime asks the engine why
-                    self._flush_partial(output)
+                    self._flush_partial()
                     raise ProcessExited("the container's process ended")
                 # (a closed socket alone waits for the attach stream's end: the
                 # output written before the process ended comes first)
@@ -259,65 +257,39 @@ class ExecutionContainer:
             self._prefix = _prefix(self._request, function=self.spec.function)
         return self._prefix
 
-    def _take_stray(self, data: bytes, output: Callable[[str], None]) -> None:
-        """The stdout stream carries no protocol: a stray write to fd 1 is output."""
-        self._stray += data
-        lines, self._stray = _split_lines(self._stray, keep=0)
-        for raw in lines:
-            if raw.strip():
-                _emit(output, self._line_prefix(), raw)
+    def _line(self, raw: bytes) -> None:
+        """Forward one output line of the current request's."""
+        assert self._output is not None
+        self._output(self._line_prefix() + _line_text(raw))
 
-    def _take_output(
-        self, data: bytes, marker: bytes, output: Callable[[str], None]
-    ) -> bytes | None:
-        """Forward complete output lines; the answer's JSON once its frame is whole.
+    def _stray_line(self, raw: bytes) -> None:
+        if raw.strip():
+            self._line(raw)
 
-        Only the exact marker with this request's nonce starts a frame: a line
-        that merely looks like one is output."""
-        if self._output:
-            self._output += data
-            buffer: bytes | bytearray = self._output
-        else:
-            buffer = data  # the common case: the frame alone, nothing held back
-        at = buffer.find(marker)
-        if at < 0:
-            lines, self._output = _split_lines(buffer, keep=len(marker))
-            self._emit_lines(lines, output)
-            return None
-        end = buffer.find(b"\n", at + len(marker))
-        if end < 0:
-            if len(buffer) - at > MAX_LINE_BYTES:
-                raise ProtocolError("the answer frame has no end")
-            if buffer is data:
-                self._output += data
-            return None  # the rest of the frame is still on its way
-        answer = bytes(buffer[at + len(marker) : end])
-        if at:
-            lines = bytes(buffer[:at]).split(b"\n")
-            if lines[-1] == b"":
-                lines.pop()  # the output ended with a newline: no partial line
-            self._emit_lines(lines, output)
-        # output printed in the background after the answer waits for the next call
-        if buffer is data:
-            self._output += data[end + 1 :]
-        else:
-            del self._output[: end + 1]
-        return answer
+    def _flush_partial(self) -> None:
+        self._stray.end(self._stray_line)
+        self._stderr.end(self._line)
 
-    def _emit_lines(self, lines: list[bytes], output: Callable[[str], None]) -> None:
-        for raw in lines:
-            _emit(output, self._line_prefix(), raw)
-
-    def _flush_partial(self, output: Callable[[str], None]) -> None:
-        for buffer in (self._stray, self._output):
-            if buffer.strip():
-                for raw in bytes(buffer).rstrip(b"\n").split(b"\n"):
-                    _emit(output, self._line_prefix(), raw)
-            buffer.clear()
+    def buffered(self) -> int:
+        """Bytes Relay holds for this container: the attach stream's unread
+        bytes, the socket's, and the unfinished output lines."""
+        link = self.direct.link if self.direct is not None else None
+        return (
+            self.channel.buffered
+            + (len(link.buffer) if link is not None else 0)
+            + self._stray.held
+            + self._stderr.held
+        )
 
     def exited(self) -> bool:
-        """True once the attachment saw end-of-stream: the process is gone."""
-        return self.channel.closed
+        """True once the attachment saw end-of-stream (the process is gone), or
+        the socket broke the protocol (then Relay closed it: the process leaves)."""
+        return self.channel.closed or self.link_broken()
+
+    def link_broken(self) -> bool:
+        """The socket carried more than an answer (a handler wrote into it)."""
+        link = self.direct.link if self.direct is not None else None
+        return link is not None and bool(link.broken)
 
     async def exit_code(self) -> int | None:
         """The exit code if the engine still knows the container."""
@@ -347,19 +319,6 @@ async def remove_container(container: Any) -> None:
                 log.warning("container_remove_failed", container=container.id, error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a failed backstop must never stop the worker
             log.warning("container_remove_failed", container=container.id, error=repr(exc))
-
-
-def _split_lines(buffer: bytes | bytearray, keep: int) -> tuple[list[bytes], bytearray]:
-    """Complete lines, and the unfinished rest. A rest longer than
-    ``MAX_LINE_BYTES`` is cut into a line of its own (keeping the last ``keep``
-    bytes, where a marker may be starting), so one endless line cannot grow
-    Relay's memory."""
-    *lines, rest = bytes(buffer).split(b"\n")
-    if len(rest) > MAX_LINE_BYTES:
-        cut = len(rest) - keep
-        lines.append(rest[:cut])
-        rest = rest[cut:]
-    return lines, bytearray(rest)
 
 
 class _Answer(msgspec.Struct):

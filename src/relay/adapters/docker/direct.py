@@ -40,7 +40,9 @@ SOCKET_NAME: Final = "relay.sock"
 ENV_NAME: Final = "RELAY_CHANNEL"
 # the longest path a Unix socket can be bound to (sun_path, less its final NUL)
 MAX_SOCKET_PATH: Final = 107
-# the answer frames are short; past this without a newline the peer is not a bootstrap
+# The most the socket may hold unread. A bootstrap sends one short answer per
+# request, read at once; more than this (with or without newlines) is not a
+# bootstrap's: the link is broken and closed, and the container discarded.
 MAX_PENDING_BYTES: Final = 1 << 16
 
 
@@ -55,6 +57,12 @@ class DirectLink(asyncio.Protocol):
         self._made = made
         self.transport: Any = None
         self.buffer = bytearray()
+        # how far ``buffer`` is known to hold no newline: each byte is searched once
+        self._scanned = 0
+        # the most bytes ever held unread (what the bound is checked against)
+        self.peak = 0
+        # why the link was closed for breaking the protocol ("" while it did not)
+        self.broken = ""
         self.closed = False
         # set to the container's attach channel's ``wake``: one waiter for both ways
         self.wake: Callable[[], None] = _nothing
@@ -64,9 +72,19 @@ class DirectLink(asyncio.Protocol):
         self._made(self)
 
     def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        if len(self.buffer) > MAX_PENDING_BYTES and b"\n" not in self.buffer:
+        if self.broken:
+            return  # closing: what was still in flight is dropped
+        held = len(self.buffer) + len(data)
+        if held > MAX_PENDING_BYTES:
+            self.broken = (
+                f"the socket carried more than {MAX_PENDING_BYTES} bytes that are not an answer"
+            )
+            self.buffer.clear()
+            self._scanned = 0
             self.transport.close()
+        else:
+            self.buffer += data
+            self.peak = max(self.peak, held)
         self.wake()
 
     def eof_received(self) -> bool:
@@ -88,16 +106,20 @@ class DirectLink(asyncio.Protocol):
     def take_line(self) -> bytes | None:
         """The next complete line received, without its newline."""
         buffer = self.buffer
-        end = buffer.find(b"\n")
+        end = buffer.find(b"\n", self._scanned)
         if end < 0:
+            self._scanned = len(buffer)
             return None
         line = bytes(buffer[:end])
         del buffer[: end + 1]
+        self._scanned = 0
         return line
 
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+        self.buffer.clear()  # nothing more is read from it
+        self._scanned = 0
 
 
 class DirectSocket:

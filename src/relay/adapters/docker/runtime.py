@@ -30,12 +30,13 @@ from relay.adapters.docker.containers import (
     ContainerSpec,
     ExecutionContainer,
     ProcessExited,
-    ProtocolError,
     start_container,
 )
 from relay.adapters.docker.direct import DirectSockets
+from relay.adapters.docker.lines import ProtocolError
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
 from relay.adapters.docker.pool import FunctionPool, Observer, PooledContainer
+from relay.adapters.linewriter import writer_for
 from relay.application.ports import StartGuard
 from relay.domain.execution import (
     DISCARD_EVICTED,
@@ -60,8 +61,13 @@ START_TIMEOUT_S = 60.0
 
 
 def _stdout_line(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    """The default output: stdout's bounded writer (see ``relay.adapters.linewriter``)."""
+    writer = writer_for(sys.stdout, "stdout")
+    if writer is None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    else:
+        writer.line(line)
 
 
 def _ignore(_: DomainEvent) -> None:
@@ -245,9 +251,11 @@ class DockerContainerRuntime:
         container = await self._lease(pool) if leased is None else leased
         assert isinstance(container, ExecutionContainer)
         while container.exited():
-            # died while idle (killed, out of memory, its own deadline): not this
-            # event's fault, so it never runs on it
-            pool.discard_busy(container, DISCARD_PROCESS_EXIT)
+            # died while idle (killed, out of memory, its own deadline), or its
+            # handler flooded Relay's socket after answering: not this event's
+            # fault, so it never runs on it
+            broken = container.link_broken() and not container.channel.closed
+            pool.discard_busy(container, DISCARD_PROTOCOL_ERROR if broken else DISCARD_PROCESS_EXIT)
             await container.destroy()
             container = await self._lease(pool)
         return container

@@ -49,3 +49,11 @@ export function partialStdout() {
   fs.writeSync(1, 'no newline here');
   process.stderr.write('x'.repeat(200000));
 }
+
+// `mib` MiB on stderr (queued: Node's stderr pipe is non-blocking), in lines
+// or in one, then a last line; the answer is queued after all of it.
+export function flood(event) {
+  const piece = event.newlines ? ('f'.repeat(1023) + '\n').repeat(64) : 'f'.repeat(65536);
+  for (let i = 0; i < event.mib * 16; i += 1) process.stderr.write(piece);
+  process.stderr.write('\nFLOODED\n');
+}

@@ -1,6 +1,7 @@
 """Handlers for the runtime integration tests (run inside the test image)."""
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -117,3 +118,28 @@ def long_line(event: dict[str, Any]) -> None:
 
 def size(event: dict[str, Any]) -> None:
     print("SIZE " + json.dumps({"blob": len(event["blob"])}))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def flood(event: dict[str, Any]) -> None:
+    """``mib`` MiB on stdout as fast as the pipe takes it, in lines or in one."""
+    piece = (b"f" * 1023 + b"\n") * 64 if event.get("newlines") else b"f" * 65536
+    for _ in range(event["mib"] * 16):
+        _write_all(1, piece)
+    _write_all(1, b"\nFLOODED\n")
+
+
+def flood_socket(event: dict[str, Any]) -> None:
+    """Many MiB of lines into Relay's own socket (the bootstrap's connection)."""
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                with socket.socket(fileno=os.dup(int(name))) as sock:
+                    for _ in range(event["mib"] * 16):
+                        sock.sendall(b"x\n" * 32768)  # until Relay hangs up
+    print("SOCKET FLOODED")
