@@ -11,6 +11,7 @@ environment: settings arrive already validated.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from relay.adapters.docker.runtime import DockerContainerRuntime
 from relay.adapters.fs.discovery import FsFunctionSource
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
+from relay.adapters.git.webhook import webhook_loops
 from relay.adapters.metrics.backlog import redis_backlog_reader
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.server import MetricsServer, sample_backlog
@@ -350,11 +352,25 @@ def _add_loops(
     if settings.metrics_addr is not None:
         server = MetricsServer(metrics, str(settings.metrics_addr))
         worker.loops.append(("metrics", server.run))
+    _add_git_webhook(worker, settings, functions_dir)
     if settings.stream_retention_ns is not None:
         trimmer = RetentionTrimmer(
             redis, settings.redis.stream, settings.stream_retention_ns, clock
         )
         worker.loops.append(("retention", trimmer.run))
+
+
+def _add_git_webhook(worker: Worker, settings: Any, functions_dir: Path) -> None:
+    """The GitHub webhook, opt-in twice: ``GIT_WEBHOOK_ADDR`` and a git source."""
+    addr = settings.git_webhook_addr
+    if addr is None:
+        log.info("git_webhook_disabled", reason="GIT_WEBHOOK_ADDR is not set")
+        return
+    worker.loops += webhook_loops(
+        host=addr.host, port=addr.port, state_dir=settings.paths.state_dir,
+        functions_dir=functions_dir, secrets=FileSecretStore(settings.paths.secrets_dir),
+        notify=worker.bus.notify, clock=time.time,
+    )
 
 
 def _pool_snapshots(runtime: DockerContainerRuntime) -> dict[str, PoolSnapshot]:

@@ -21,6 +21,19 @@ from relay.domain.errors import RelayError
 
 DEFAULT_REF = "main"
 SIGNATURE_PREFIX = "sha256="
+MAX_WEBHOOK_BODY_BYTES = 8 * 1024 * 1024
+"""GitHub sends at most 25 MB, but a push payload (at most 2048 commits) stays far
+below 8 MiB; a larger body is refused with 413 before it is read further."""
+
+DELIVERY_OUTCOMES = (
+    "accepted",  # a push for the source: a sync was scheduled (202)
+    "ignored",  # a ping, another event, repository or ref, a deleted ref (200)
+    "duplicate",  # an X-GitHub-Delivery id already accepted (200, no second sync)
+    "unauthorized",  # a missing or wrong X-Hub-Signature-256 (401)
+    "malformed",  # not JSON (400)
+    "too_large",  # over MAX_WEBHOOK_BODY_BYTES (413)
+    "unavailable",  # the webhook secret cannot be read from the store (500)
+)
 
 
 class GitError(RelayError):
@@ -165,6 +178,15 @@ def signature_valid(secret: str, body: bytes, header: str | None) -> bool:
         return False
     expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     return hmac.compare_digest(expected, header.removeprefix(SIGNATURE_PREFIX).strip().lower())
+
+
+class SyncSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What a successful sync did, for logs and events."""
+
+    commit: str
+    functions: int
+    updated: list[str] = msgspec.field(default_factory=list)
+    removed: list[str] = msgspec.field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from relay.adapters.git.files import GitPaths, private_dir
 from relay.adapters.git.replace import ReplaceResult, replace_functions
 from relay.adapters.git.ssh import TrustedHost
 from relay.adapters.git.store import GitStore, SyncState
-from relay.domain.git import GitError, GitSource
+from relay.domain.git import GitError, GitSource, SyncSummary
 
 LOCK_POLL_S = 0.2
 
@@ -42,6 +42,10 @@ class SyncReport:
     commit: str
     result: ReplaceResult
     trusted: list[TrustedHost] = field(default_factory=list)
+
+    def summary(self) -> SyncSummary:
+        return SyncSummary(commit=self.commit, functions=len(self.result.functions),
+                           updated=self.result.updated, removed=self.result.removed)
 
 
 class GitSyncService:

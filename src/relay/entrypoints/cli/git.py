@@ -187,3 +187,21 @@ def remove() -> None:
         out("No git source configured.")
         return
     out("Git source removed; the deploy key and the functions directory were kept.")
+
+
+def health_line() -> str | None:
+    """``relay health``'s git line: the commit served and the last sync, or None
+    when no git source is configured. Informational: it never fails the check."""
+    from relay.adapters.git.store import GitStore
+    from relay.domain.errors import RelayError
+
+    store = GitStore(_paths())
+    try:
+        if store.load_source() is None:
+            return None
+    except RelayError as exc:
+        return f"git: {exc}"
+    state = store.load_state()
+    commit = state.commit if state and state.commit else None
+    served = f"commit {commit}" if commit else "not synced yet"
+    return f"git: {served}; last sync {_last_sync(state)}"
