@@ -149,10 +149,11 @@ class GitServer:
         self.config.write_text(self._config())
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
         self.log.write_text("")
-        self.process = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(self.config)],
-            stdout=subprocess.DEVNULL, stderr=self.log.open("ab"), stdin=subprocess.DEVNULL,
-        )
+        with self.log.open("ab") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                [SSHD, "-D", "-e", "-f", str(self.config)],
+                stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while "Server listening" not in self.log.read_text():
             if self.process.poll() is not None or time.monotonic() > deadline:

@@ -97,7 +97,7 @@ def parse_ssh_url(text: str) -> SshUrl:
         raise GitError(f"repository {shown} contains whitespace or control characters")
     if text.startswith("-"):
         raise GitError(f"repository {shown} starts with '-': {_URL_ACCEPTS}")
-    if "::" in text:
+    if re.match(r"[A-Za-z0-9+.-]*::", text):
         raise GitError(f"repository {shown} names a git transport helper: only SSH is supported")
     if "://" in text and not text.startswith("ssh://"):
         scheme = text.split("://", 1)[0]
