@@ -31,7 +31,7 @@ from relay.adapters.docker.runtime import DockerContainerRuntime
 from relay.adapters.fs.discovery import FsFunctionSource
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
-from relay.adapters.git.webhook import webhook_loops
+from relay.adapters.git.webhook import git_webhook
 from relay.adapters.metrics.backlog import redis_backlog_reader
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.server import MetricsServer, sample_backlog
@@ -271,6 +271,8 @@ async def build_worker(
         composition.reconciler.add_leftovers(await state_view.open())
         stack.push_async_callback(_shielded(state_view.aclose))
         state_view.subscribe(bus)
+        # bound before the runtime's task group: a taken port fails start-up in one line
+        webhook_loops = await _git_webhook(stack, settings, functions_dir, bus)
         await stack.enter_async_context(runtime)  # containers are discarded on exit
 
         worker = Worker(composition)
@@ -287,6 +289,7 @@ async def build_worker(
             stats=stats,
             clock=clock,
         )
+        worker.loops += webhook_loops
         yield worker
 
 
@@ -352,7 +355,6 @@ def _add_loops(
     if settings.metrics_addr is not None:
         server = MetricsServer(metrics, str(settings.metrics_addr))
         worker.loops.append(("metrics", server.run))
-    _add_git_webhook(worker, settings, functions_dir)
     if settings.stream_retention_ns is not None:
         trimmer = RetentionTrimmer(
             redis, settings.redis.stream, settings.stream_retention_ns, clock
@@ -360,17 +362,25 @@ def _add_loops(
         worker.loops.append(("retention", trimmer.run))
 
 
-def _add_git_webhook(worker: Worker, settings: Any, functions_dir: Path) -> None:
+async def _git_webhook(
+    stack: AsyncExitStack, settings: Any, functions_dir: Path, bus: MessageBus
+) -> list[tuple[str, Loop]]:
     """The GitHub webhook, opt-in twice: ``GIT_WEBHOOK_ADDR`` and a git source."""
     addr = settings.git_webhook_addr
     if addr is None:
         log.info("git_webhook_disabled", reason="GIT_WEBHOOK_ADDR is not set")
-        return
-    worker.loops += webhook_loops(
+        return []
+    wired = git_webhook(
         host=addr.host, port=addr.port, state_dir=settings.paths.state_dir,
         functions_dir=functions_dir, secrets=FileSecretStore(settings.paths.secrets_dir),
-        notify=worker.bus.notify, clock=time.time,
+        notify=bus.notify, clock=time.time,
     )
+    if wired is None:
+        return []
+    scheduler, server = wired
+    await server.bind()
+    stack.push_async_callback(server.aclose)
+    return [("git-sync", scheduler.run), ("git-webhook", server.run)]
 
 
 def _pool_snapshots(runtime: DockerContainerRuntime) -> dict[str, PoolSnapshot]:

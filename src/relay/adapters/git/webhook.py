@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import structlog
@@ -72,6 +71,7 @@ class WebhookServer:
         self._max_body = max_body_bytes
         self._accepted: OrderedDict[str, None] = OrderedDict()
         self.bound_port: int | None = None
+        self._runner: web.AppRunner | None = None
 
     @property
     def addr(self) -> str:
@@ -83,8 +83,8 @@ class WebhookServer:
         app.router.add_post(PATH, self.handle)
         return app
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Bind (a failure is fatal: it raises before ``started``), serve until cancelled."""
+    async def bind(self) -> None:
+        """Listen, or raise :class:`RelayError` in one line (a taken port is fatal)."""
         runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.host or None, self.port)
@@ -97,6 +97,7 @@ class WebhookServer:
                 f"GIT_WEBHOOK_ADDR {self.host}:{self.port}: cannot listen "
                 f"({exc.strerror or exc}); is another process using the port?"
             ) from exc
+        self._runner = runner
         addresses = runner.addresses  # (host, port, ...) of every bound socket
         self.bound_port = int(addresses[0][1]) if addresses else self.port
         _log.info("git_webhook_listening", addr=self.addr, path=PATH,
@@ -107,19 +108,32 @@ class WebhookServer:
                 detail="no --webhook-secret is configured: the endpoint is unauthenticated "
                 "and anyone who can reach it can trigger a sync",
             )
+
+    async def aclose(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await runner.cleanup()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; binds first unless :meth:`bind` already did (the
+        worker binds during start-up, so a taken port fails it in one line)."""
+        owned = self._runner is None
+        if owned:
+            await self.bind()
         task_status.started()
         try:
             await anyio.sleep_forever()
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await runner.cleanup()
+            if owned:
+                await self.aclose()
 
     async def handle(self, request: web.Request) -> web.Response:
         outcome, response = await self._answer(request)
         self._notify(GitWebhookDelivered(outcome=outcome))
         _log.info(
             "git_webhook_delivery", outcome=outcome, status=response.status,
-            event=request.headers.get("X-GitHub-Event", "-"),
+            github_event=request.headers.get("X-GitHub-Event", "-"),
             delivery=request.headers.get("X-GitHub-Delivery", "-"),
         )
         return response
@@ -180,7 +194,7 @@ def _reply(status: int, text: str) -> web.Response:
     return web.Response(status=status, text=text + "\n")
 
 
-def webhook_loops(
+def git_webhook(
     *,
     host: str,
     port: int,
@@ -189,19 +203,19 @@ def webhook_loops(
     secrets: SecretStore,
     notify: Notify,
     clock: Callable[[], float],
-) -> list[tuple[str, Callable[..., Coroutine[Any, Any, None]]]]:
-    """The scheduler and server loops when a git source is configured; none (with
+) -> tuple[SyncScheduler, WebhookServer] | None:
+    """The scheduler and the server when a git source is configured; None (with
     the reason logged) otherwise. ``GIT_WEBHOOK_ADDR`` itself is checked by the caller."""
     paths = GitPaths(state_dir)
     try:
         source = GitStore(paths).load_source()
     except RelayError as exc:
         _log.error("git_webhook_disabled", reason=str(exc))
-        return []
+        return None
     if source is None:
         _log.info("git_webhook_disabled",
                   reason="no git source is configured (relay git set); nothing is bound")
-        return []
+        return None
 
     def trusted(host_key: TrustedHost) -> None:
         _log.warning("git_host_trusted", host=host_key.host,
@@ -216,4 +230,4 @@ def webhook_loops(
     scheduler = SyncScheduler(sync, notify)
     server = WebhookServer(host, port, source=source, secrets=secrets,
                            request_sync=scheduler.request, notify=notify)
-    return [("git-sync", scheduler.run), ("git-webhook", server.run)]
+    return scheduler, server
