@@ -58,7 +58,8 @@ def deliver(port: int, body: bytes, secret: str, delivery: str) -> int:
 
 def metric(port: int, line_start: str) -> str | None:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
+        text: str = r.read().decode()
+        for line in text.splitlines():
             if line.startswith(line_start):
                 return line
     return None
