@@ -16,6 +16,7 @@ import aiohttp
 import anyio
 import anyio.lowlevel
 import pytest
+from structlog.testing import capture_logs
 
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.git.webhook import WebhookServer
@@ -277,3 +278,23 @@ async def test_a_taken_port_is_fatal_at_start(secrets_dir: Path) -> None:
         with pytest.raises(RelayError) as caught:
             await server.run()
     assert str(caught.value).startswith(f"GIT_WEBHOOK_ADDR 127.0.0.1:{port}: cannot listen (")
+
+
+@pytest.mark.parametrize(("secret", "expected"), [
+    (None, ["git_webhook_listening", "git_webhook_unauthenticated"]),
+    (SECRET_NAME, ["git_webhook_listening"]),
+])
+async def test_the_start_up_log_names_the_address_and_says_plainly_when_unauthenticated(
+    secrets_dir: Path, secret: str | None, expected: list[str]
+) -> None:
+    server = WebhookServer(
+        "127.0.0.1", 0, source=GitSource(repository=REPO, webhook_secret=secret),
+        secrets=FileSecretStore(secrets_dir), request_sync=lambda: None, notify=lambda _e: None,
+    )
+    with capture_logs() as logs:
+        await server.bind()
+    await server.aclose()
+    assert [e["event"] for e in logs] == expected
+    assert logs[0]["detail"] == f"Webhook http server listening on 127.0.0.1:{server.bound_port}"
+    if secret is None:
+        assert "unauthenticated" in logs[1]["detail"]
