@@ -209,18 +209,28 @@ def test_first_sync_trusts_the_host_then_verifies_it_and_a_changed_key_is_refuse
 def test_the_operators_own_known_hosts_and_ssh_config_are_never_read(
     operator: Operator, repo: BareRepo, tmp_path: Path
 ) -> None:
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    # a user config that would break every connection if it were read
-    (home / ".ssh" / "config").write_text("Host *\n  ProxyCommand false\n  Port 1\n")
-    (home / ".ssh" / "known_hosts").write_text(
-        f"[127.0.0.1]:{operator.server.port} ssh-ed25519 "
-        "AAAAC3NzaC1lZDI1NTE5AAAAIKDBQbACD/2tdYEkuQ4IOz0Bx9JkK1HHOoUZfxoxKsz5\n"
-    )
-    operator.env["HOME"] = str(home)
+    # ssh reads the user's files from the passwd home, which a test must not touch;
+    # so an `ssh` first on PATH records exactly what git ran it with, then runs it
+    wrapper = tmp_path / "bin" / "ssh"
+    wrapper.parent.mkdir()
+    argv_log = tmp_path / "ssh-argv"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {argv_log}\nexec /usr/bin/ssh "$@"\n')
+    wrapper.chmod(0o755)
+    operator.env["PATH"] = f"{wrapper.parent}:{os.environ['PATH']}"
     code, out, err = operator.sync(real=True)
     assert code == 0, err
     assert "Trusted new host" in out
+    argv = argv_log.read_text().splitlines()
+    known_hosts = operator.state / "ssh" / "known_hosts"
+    assert argv[argv.index("-F") + 1] == "/dev/null"  # no ~/.ssh/config, no system config
+    assert argv[argv.index("-i") + 1] == str(operator.state / "ssh" / "id_ed25519")
+    for option in ("StrictHostKeyChecking=accept-new", f"UserKnownHostsFile={known_hosts}",
+                   "GlobalKnownHostsFile=/dev/null", "IdentitiesOnly=yes", "BatchMode=yes"):
+        assert option in argv
+    options = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-o"]
+    assert [o for o in options if o.startswith("StrictHostKeyChecking")] == [
+        "StrictHostKeyChecking=accept-new"
+    ]
 
 
 def test_branch_tag_and_commit_refs_check_out_detached(
