@@ -342,6 +342,35 @@ def test_a_sync_during_a_sync_is_refused_and_changes_nothing(
     assert operator.served()["hello/main.py"] == "v2"
 
 
+def test_a_key_the_server_does_not_know_is_named_as_the_problem(
+    operator: Operator, repo: BareRepo
+) -> None:
+    code, _, err = operator.relay("git", "keygen", "--force")  # not registered with the server
+    assert code == 0, err
+    code, _, err = operator.sync()
+    assert code == 1
+    assert err.strip() == (f"relay: {operator.server.host_label} refused the deploy key: add the "
+                           "public key (`relay git keygen` printed it) as a read-only deploy key "
+                           "of the repository")
+    assert operator.served() == {}
+
+
+def test_remove_during_a_sync_is_refused_and_keeps_the_checkout(
+    operator: Operator, repo: BareRepo
+) -> None:
+    assert operator.sync()[0] == 0
+    fd = os.open(operator.state / "git" / "sync.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        code, _, err = operator.relay("git", "remove")
+    finally:
+        os.close(fd)
+    assert code == 1
+    assert "another git sync is running" in err
+    assert (operator.state / "git" / "checkout" / ".git").is_dir()
+    assert (operator.state / "git" / "source.json").is_file()
+
+
 def test_sync_without_a_key_or_a_source_says_what_to_run(operator: Operator) -> None:
     code, _, err = operator.sync()
     assert code == 1

@@ -118,14 +118,14 @@ def explain_failure(stderr: str, url: SshUrl, known_hosts: Path, what: str) -> G
             f"the SSH host key of {url.host_label} could not be verified against "
             f"{known_hosts}; nothing was synced"
         )
-    for marker in _UNREACHABLE:
-        if marker in stderr:
-            return RemoteUnreachable(f"cannot reach {url.host_label}: {_line_with(stderr, marker)}")
     if "Permission denied (publickey" in stderr:
         return GitError(
             f"{url.host_label} refused the deploy key: add the public key "
             "(`relay git keygen` printed it) as a read-only deploy key of the repository"
         )
+    for marker in _UNREACHABLE:
+        if marker in stderr:
+            return RemoteUnreachable(f"cannot reach {url.host_label}: {_line_with(stderr, marker)}")
     return GitError(f"{what} failed: {_last_line(stderr)}")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +76,8 @@ class GitSyncService:
                 self._record(previous, ok=False, error=str(exc))
                 raise
             except OSError as exc:
-                error = GitError(f"sync failed: {exc.strerror or exc} ({exc.filename or ''})")
+                where = f" ({exc.filename})" if exc.filename else ""
+                error = GitError(f"sync failed: {exc.strerror or exc}{where}")
                 self._record(previous, ok=False, error=str(error))
                 raise error from exc
             self.store.save_state(SyncState(
@@ -114,20 +115,30 @@ class GitSyncService:
 
     @contextlib.asynccontextmanager
     async def _locked(self) -> AsyncIterator[None]:
-        private_dir(self.paths.git_dir)
-        fd = os.open(self.paths.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        while True:
+            try:
+                with sync_lock(self.paths):
+                    yield
+                    return
+            except SyncBusy:
+                if not self._wait:
+                    raise
+            await anyio.sleep(LOCK_POLL_S)
+
+
+@contextlib.contextmanager
+def sync_lock(paths: GitPaths) -> Iterator[None]:
+    """Hold ``git/sync.lock`` (``flock``) or raise :class:`SyncBusy` at once."""
+    private_dir(paths.git_dir)
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if not self._wait:
-                        raise SyncBusy(
-                            "another git sync is running (a webhook sync or another "
-                            "`relay git sync`); nothing was changed, try again when it is done"
-                        ) from None
-                    await anyio.sleep(LOCK_POLL_S)
-            yield
-        finally:
-            os.close(fd)  # releases the lock
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SyncBusy(
+                "another git sync is running (a webhook sync or another "
+                "`relay git sync`); nothing was changed, try again when it is done"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock

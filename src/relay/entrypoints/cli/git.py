@@ -85,7 +85,11 @@ def set_(
     out(f"Git source set: {source.repository} (ref {source.ref}{where})")
     if webhook_secret is not None:
         store = FileSecretStore(load_paths(os.environ).secrets_dir)
-        if webhook_secret not in store.names():
+        try:
+            known = store.names()
+        except (RelayError, OSError):
+            known = []  # only a hint: `relay secret ls` reports the store's problem
+        if webhook_secret not in known:
             out(f"note: secret {webhook_secret!r} is not set yet: "
                 f"run `relay secret set {webhook_secret}`")
     out("Run `relay git sync` to update the functions; a running worker's webhook "
@@ -174,11 +178,13 @@ def _stamp(at: float) -> str:
 def remove() -> None:
     """Forget the source and delete the checkout (keeps the key and /functions)."""
     from relay.adapters.git.store import GitStore
+    from relay.adapters.git.sync import sync_lock
     from relay.domain.errors import RelayError
 
     paths = _paths()
     try:
-        removed = GitStore(paths).remove()
+        with sync_lock(paths):  # never delete the checkout under a running sync
+            removed = GitStore(paths).remove()
     except RelayError as exc:
         fail(str(exc))
     except OSError as exc:
