@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,72 @@ def test_a_function_directory_that_was_a_symlink_is_replaced_by_a_copy(
     assert not (functions / "a").is_symlink()
     assert (functions / "a" / "h.py").read_text() == "A1"
     assert (elsewhere / "template.yaml").read_text() == "operator's own"
+
+
+def test_a_reader_scanning_during_replaces_never_sees_a_half_written_function(
+    tmp_path: Path,
+) -> None:
+    """A scanner (what discovery and the reconciler do) runs flat out in a thread
+    while the source flips between two versions: every function it sees is
+    complete, one version or the other, and never missing."""
+    versions = []
+    for tag in ("one", "two"):
+        root = tmp_path / f"source-{tag}"
+        write(root, {f"fn/file{i:03}.txt": f"{tag}-{i}" for i in range(100)})
+        write(root, {"fn/template.yaml": tag})
+        versions.append(root)
+    functions = tmp_path / "functions"
+    replace_functions(versions[0], functions)
+    complete = [tree(v) for v in versions]
+    problems: list[str] = []
+    scans = 0
+    stop = threading.Event()
+
+    def still_served(directory_fd: int) -> bool:
+        try:
+            return os.stat(functions / "fn").st_ino == os.fstat(directory_fd).st_ino
+        except FileNotFoundError:
+            return False
+
+    def read(directory_fd: int) -> dict[str, str]:
+        found = {}
+        for name in os.listdir(directory_fd):
+            fd = os.open(name, os.O_RDONLY, dir_fd=directory_fd)
+            with os.fdopen(fd) as handle:
+                found[f"fn/{name}"] = handle.read()
+        return found
+
+    def scan() -> None:
+        nonlocal scans
+        while not stop.is_set():
+            scans += 1
+            try:
+                # one directory, read through its descriptor: what a reader that
+                # opened the function sees, whatever is renamed meanwhile
+                directory_fd = os.open(functions / "fn", os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                problems.append("fn missing")
+                continue
+            try:
+                seen = read(directory_fd)
+            except FileNotFoundError:
+                # allowed only for a version already swapped out (being deleted):
+                # a directory that is still served never loses a file
+                if still_served(directory_fd):
+                    problems.append("a file vanished from the served function")
+                continue
+            finally:
+                os.close(directory_fd)
+            if seen not in complete:
+                problems.append(f"partial: {len(seen)} files")
+
+    reader = threading.Thread(target=scan)
+    reader.start()
+    try:
+        for flip in range(20):
+            replace_functions(versions[(flip + 1) % 2], functions)
+    finally:
+        stop.set()
+        reader.join(timeout=30)
+    assert scans >= 5  # the reader really ran alongside
+    assert problems == []
