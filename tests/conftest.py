@@ -7,7 +7,7 @@ import os
 import pytest
 from hypothesis import settings
 
-pytest_plugins = ["tests.testbed"]
+pytest_plugins = ["tests.testbed", "tests.gitbed"]
 
 # Property tests: a quick default for every run; HYPOTHESIS_PROFILE=thorough for a
 # deeper search (10x the examples) before a release or after touching the matcher.

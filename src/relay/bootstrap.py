@@ -11,6 +11,7 @@ environment: settings arrive already validated.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from relay.adapters.docker.runtime import DockerContainerRuntime
 from relay.adapters.fs.discovery import FsFunctionSource
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
+from relay.adapters.git.webhook import git_webhook
 from relay.adapters.linewriter import DroppedLines, writer_for
 from relay.adapters.metrics.backlog import redis_backlog_reader
 from relay.adapters.metrics.registry import Metrics
@@ -296,6 +298,8 @@ async def build_worker(
         composition.reconciler.add_leftovers(await state_view.open())
         stack.push_async_callback(_shielded(state_view.aclose))
         state_view.subscribe(bus)
+        # bound before the runtime's task group: a taken port fails start-up in one line
+        webhook_loops = await _git_webhook(stack, settings, functions_dir, bus)
         await stack.enter_async_context(runtime)  # containers are discarded on exit
 
         worker = Worker(composition)
@@ -312,6 +316,7 @@ async def build_worker(
             stats=stats,
             clock=clock,
         )
+        worker.loops += webhook_loops
         yield worker
 
 
@@ -385,6 +390,27 @@ def _add_loops(
             redis, settings.redis.stream, settings.stream_retention_ns, clock
         )
         worker.loops.append(("retention", trimmer.run))
+
+
+async def _git_webhook(
+    stack: AsyncExitStack, settings: Any, functions_dir: Path, bus: MessageBus
+) -> list[tuple[str, Loop]]:
+    """The GitHub webhook, opt-in twice: ``GIT_WEBHOOK_ADDR`` and a git source."""
+    addr = settings.git_webhook_addr
+    if addr is None:
+        log.info("git_webhook_disabled", reason="GIT_WEBHOOK_ADDR is not set")
+        return []
+    wired = git_webhook(
+        host=addr.host, port=addr.port, state_dir=settings.paths.state_dir,
+        functions_dir=functions_dir, secrets=FileSecretStore(settings.paths.secrets_dir),
+        notify=bus.notify, clock=time.time,
+    )
+    if wired is None:
+        return []
+    scheduler, server = wired
+    await server.bind()
+    stack.push_async_callback(server.aclose)
+    return [("git-sync", scheduler.run), ("git-webhook", server.run)]
 
 
 def _pool_snapshots(runtime: DockerContainerRuntime) -> dict[str, PoolSnapshot]:

@@ -314,3 +314,20 @@ class HandlerInvoked(DomainEvent, frozen=True, kw_only=True):
     ok: bool
     duration_s: float
     error: str = ""
+
+
+# --- git sync (metrics and logs) ------------------------------------------------------
+class GitSyncFinished(DomainEvent, frozen=True, kw_only=True):
+    """A sync the worker ran (from the webhook) ended: ``ok`` with the commit now
+    served, or not with a one-line ``error``. Feeds ``git_syncs_total{outcome}``."""
+
+    ok: bool
+    commit: str = ""
+    error: str = ""
+
+
+class GitWebhookDelivered(DomainEvent, frozen=True, kw_only=True):
+    """A webhook delivery was answered; ``outcome`` is one of
+    ``relay.domain.git.DELIVERY_OUTCOMES``. Feeds ``git_webhook_deliveries_total``."""
+
+    outcome: str

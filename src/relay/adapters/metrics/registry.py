@@ -107,6 +107,14 @@ class Metrics:
             "runtime_container_waits", "Acquires that blocked at the pool bound.",
             ["function"], registry=r,
         )
+        self.git_syncs = Counter(
+            "git_syncs", "Git syncs this worker ran (webhook), by outcome.", ["outcome"],
+            registry=r,
+        )
+        self.git_webhook_deliveries = Counter(
+            "git_webhook_deliveries", "GitHub webhook deliveries answered, by outcome.",
+            ["outcome"], registry=r,
+        )
         self._pools = _PoolCollector()
         r.register(self._pools)
         self._worker = _WorkerCollector()

@@ -11,7 +11,7 @@ import time
 from collections.abc import Collection
 from pathlib import Path
 
-from relay.adapters.metrics.registry import Metrics
+from relay.adapters.metrics.registry import OUTCOME_FAILURE, OUTCOME_SUCCESS, Metrics
 from relay.application.bus import MessageBus
 from relay.application.ports import ImageBuilder
 from relay.domain import events as ev
@@ -59,6 +59,14 @@ def subscribe(bus: MessageBus, metrics: Metrics) -> None:
     def waited(e: ev.ContainerWaited) -> None:
         m.container_waited(e.function)
 
+    def git_synced(e: ev.GitSyncFinished) -> None:
+        m.git_syncs.labels(outcome=OUTCOME_SUCCESS if e.ok else OUTCOME_FAILURE).inc()
+
+    def git_delivered(e: ev.GitWebhookDelivered) -> None:
+        m.git_webhook_deliveries.labels(outcome=e.outcome).inc()
+
+    bus.subscribe(ev.GitSyncFinished, git_synced)
+    bus.subscribe(ev.GitWebhookDelivered, git_delivered)
     bus.subscribe(ev.EventClassified, classified)
     bus.subscribe(ev.InvocationSucceeded, succeeded)
     bus.subscribe(ev.InvocationFailed, failed)

@@ -1,39 +1,213 @@
-"""``relay git ...``: sync functions from an SSH git repository."""
+"""``relay git keygen|set|sync|status|remove``: functions from an SSH git repository.
+
+Every refusal is one line on stderr with exit 1; nothing here ever prints key
+material (``keygen`` prints the public key, which is meant to be shared).
+"""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import anyio
 import typer
 
-from relay.entrypoints.cli.common import not_available
+from relay.entrypoints.cli.common import fail, out
+
+if TYPE_CHECKING:
+    from relay.adapters.git.files import GitPaths
+    from relay.adapters.git.store import SyncState
 
 app = typer.Typer(help="Sync /functions from a git repository.", no_args_is_help=True)
 
 
+def _paths() -> GitPaths:
+    from relay.adapters.git.files import GitPaths
+    from relay.entrypoints.config import load_paths
+
+    return GitPaths(load_paths(os.environ).state_dir)
+
+
 @app.command("keygen")
-def keygen() -> None:
-    """Generate an SSH deploy key."""
-    not_available("git keygen")
+def keygen(
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing key.")] = False,
+) -> None:
+    """Generate the SSH deploy key (ed25519) and print its public half."""
+    from relay.adapters.git.keys import generate_deploy_key
+    from relay.domain.errors import RelayError
+
+    paths = _paths()
+    try:
+        public = generate_deploy_key(paths, force=force)
+    except RelayError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write the deploy key: {exc.strerror} ({exc.filename})")
+    out(f"Deploy key written to {paths.private_key}")
+    out("Add this public key as a read-only deploy key of the repository")
+    out("(GitHub: the repository's Settings > Deploy keys > Add deploy key):")
+    out()
+    out(public)
 
 
 @app.command("set")
-def set_(repository: str) -> None:
-    """Set the SSH git source to sync from."""
-    not_available("git set")
+def set_(
+    repository: Annotated[str, typer.Argument(help="git@host:org/repo.git or ssh://...")],
+    ref: Annotated[str, typer.Option("--ref", help="Branch, tag or commit.")] = "main",
+    path: Annotated[
+        str | None, typer.Option("--path", help="Directory of the functions in the repository.")
+    ] = None,
+    webhook_secret: Annotated[
+        str | None,
+        typer.Option("--webhook-secret", help="Name of the secret that signs webhook deliveries."),
+    ] = None,
+) -> None:
+    """Set the SSH git source to sync from (replaces any previous one)."""
+    from relay.adapters.fs.secrets import FileSecretStore, validate_secret_name
+    from relay.adapters.git.store import GitStore
+    from relay.domain.errors import RelayError
+    from relay.domain.git import make_source
+    from relay.entrypoints.config import load_paths
+
+    paths = _paths()
+    try:
+        if webhook_secret is not None:
+            validate_secret_name(webhook_secret)
+        source = make_source(repository, ref=ref, path=path, webhook_secret=webhook_secret)
+        GitStore(paths).save_source(source)
+    except RelayError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write {paths.source}: {exc.strerror}")
+    where = f", path {source.path}" if source.path else ""
+    out(f"Git source set: {source.repository} (ref {source.ref}{where})")
+    if webhook_secret is not None:
+        store = FileSecretStore(load_paths(os.environ).secrets_dir)
+        try:
+            known = store.names()
+        except (RelayError, OSError):
+            known = []  # only a hint: `relay secret ls` reports the store's problem
+        if webhook_secret not in known:
+            out(f"note: secret {webhook_secret!r} is not set yet: "
+                f"run `relay secret set {webhook_secret}`")
+    out("Run `relay git sync` to update the functions; a running worker's webhook "
+        "picks up a new source at its next restart.")
 
 
 @app.command("sync")
-def sync() -> None:
-    """Sync the source into /functions now."""
-    not_available("git sync")
+def sync(
+    functions: Annotated[
+        Path, typer.Option("--functions", help="Functions directory (default /functions).")
+    ] = Path("/functions"),
+) -> None:
+    """Fetch the source and make the functions directory exactly its functions."""
+    from relay.adapters.git.ssh import TrustedHost
+    from relay.adapters.git.sync import GitSyncService
+    from relay.domain.errors import RelayError
+
+    paths = _paths()
+
+    def trusted(host: TrustedHost) -> None:
+        out(host.message())
+
+    service = GitSyncService(paths, functions, clock=time.time, on_trusted=trusted)
+    try:
+        report = anyio.run(service.sync)
+    except RelayError as exc:
+        fail(str(exc))
+    result = report.result
+    out(f"Synced {report.repository} {report.ref} at {report.commit[:12]} into {functions}: "
+        f"{len(result.functions)} function(s)")
+    for label, names in (("updated", result.updated), ("removed", result.removed)):
+        if names:
+            out(f"  {label}: {', '.join(names)}")
 
 
 @app.command("status")
 def status() -> None:
-    """Show the git sync state."""
-    not_available("git status")
+    """Show the source, the key and checkout, and the last sync (never key material)."""
+    from relay.adapters.git.keys import public_key_fingerprint
+    from relay.adapters.git.store import GitStore
+    from relay.domain.errors import RelayError
+
+    paths = _paths()
+    store = GitStore(paths)
+    try:
+        source = store.load_source()
+    except RelayError as exc:
+        fail(str(exc))
+    if source is None:
+        out("No git source configured.")
+        return
+    fingerprint = public_key_fingerprint(paths)
+    key = ("present" + (f" ({fingerprint})" if fingerprint else "")
+           if paths.private_key.is_file() else "missing: run `relay git keygen`")
+    commit = store.checkout_commit()
+    state = store.load_state()
+    rows = [
+        ("Repository", source.repository),
+        ("Ref", source.ref),
+        ("Path", source.path or "(repository root)"),
+        ("Webhook secret", source.webhook_secret or "none (deliveries are unauthenticated)"),
+        ("Deploy key", f"{key}"),
+        ("Checkout", "present" if commit else "none yet"),
+        ("Commit", commit or "-"),
+        ("Last sync", _last_sync(state)),
+    ]
+    for label, value in rows:
+        out(f"{label + ':':<16}{value}")
+
+
+def _last_sync(state: SyncState | None) -> str:
+    if state is None:
+        return "never"
+    when = _stamp(state.at)
+    if state.ok:
+        return f"{when} ok ({len(state.functions)} function(s))"
+    good = f"; last good sync {_stamp(state.synced_at)}" if state.synced_at else ""
+    return f"{when} failed: {state.error}{good}"
+
+
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
 @app.command("remove")
 def remove() -> None:
-    """Forget the source and drop the checkout."""
-    not_available("git remove")
+    """Forget the source and delete the checkout (keeps the key and /functions)."""
+    from relay.adapters.git.store import GitStore
+    from relay.adapters.git.sync import sync_lock
+    from relay.domain.errors import RelayError
+
+    paths = _paths()
+    try:
+        with sync_lock(paths):  # never delete the checkout under a running sync
+            removed = GitStore(paths).remove()
+    except RelayError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot remove the git source: {exc.strerror} ({exc.filename})")
+    if not removed:
+        out("No git source configured.")
+        return
+    out("Git source removed; the deploy key and the functions directory were kept.")
+
+
+def health_line() -> str | None:
+    """``relay health``'s git line: the commit served and the last sync, or None
+    when no git source is configured. Informational: it never fails the check."""
+    from relay.adapters.git.store import GitStore
+    from relay.domain.errors import RelayError
+
+    store = GitStore(_paths())
+    try:
+        if store.load_source() is None:
+            return None
+    except RelayError as exc:
+        return f"git: {exc}"
+    state = store.load_state()
+    commit = state.commit if state and state.commit else None
+    served = f"commit {commit}" if commit else "not synced yet"
+    return f"git: {served}; last sync {_last_sync(state)}"

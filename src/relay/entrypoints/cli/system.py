@@ -42,3 +42,8 @@ def health() -> None:
     if problem is not None:
         fail(problem)
     out("ok")
+    from relay.entrypoints.cli.git import health_line
+
+    line = health_line()  # only when a git source is configured
+    if line is not None:
+        out(line)

@@ -1,0 +1,233 @@
+"""``POST /github`` on ``GIT_WEBHOOK_ADDR``: GitHub push deliveries schedule a sync.
+
+Served with aiohttp's web server. The order of checks is fixed so an
+unauthenticated caller learns nothing: size (413), signature when a webhook
+secret is configured (401; the secret is read from the secret store on every
+delivery, so ``relay secret set`` rotates it without a restart), JSON (400),
+then the event filter (200, ignored) and the delivery id (200, duplicate).
+Only then is a sync *requested* (202): the handler never runs a sync itself.
+
+The delivery id is remembered only once accepted, so GitHub's "Redeliver" of a
+delivery that failed here is not mistaken for a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import structlog
+from aiohttp import web
+from anyio.abc import TaskStatus
+
+from relay.adapters.git.files import GitPaths
+from relay.adapters.git.ssh import TrustedHost
+from relay.adapters.git.store import GitStore
+from relay.adapters.git.sync import GitSyncService
+from relay.application.git_sync import SyncScheduler
+from relay.application.ports import SecretStore
+from relay.domain.errors import RelayError
+from relay.domain.events import GitWebhookDelivered
+from relay.domain.git import (
+    MAX_WEBHOOK_BODY_BYTES,
+    GitSource,
+    SyncSummary,
+    push_decision,
+    signature_valid,
+)
+from relay.domain.messages import DomainEvent
+
+_log = structlog.get_logger("relay.git")
+
+PATH = "/github"
+REMEMBERED_DELIVERIES = 1024
+
+Notify = Callable[[DomainEvent], None]
+
+
+class WebhookServer:
+    """The aiohttp app and its lifetime inside the worker's task group."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        source: GitSource,
+        secrets: SecretStore,
+        request_sync: Callable[[], None],
+        notify: Notify,
+        max_body_bytes: int = MAX_WEBHOOK_BODY_BYTES,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.source = source
+        self._secrets = secrets
+        self._request_sync = request_sync
+        self._notify = notify
+        self._max_body = max_body_bytes
+        self._accepted: OrderedDict[str, None] = OrderedDict()
+        self.bound_port: int | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.bound_port or self.port}"
+
+    def app(self) -> web.Application:
+        # client_max_size + 1 so that exactly max_body bytes still read; more is 413
+        app = web.Application(client_max_size=self._max_body + 1)
+        app.router.add_post(PATH, self.handle)
+        return app
+
+    async def bind(self) -> None:
+        """Listen, or raise :class:`RelayError` in one line (a taken port is fatal)."""
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host or None, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            with anyio.CancelScope(shield=True):
+                await runner.cleanup()
+            raise RelayError(
+                f"GIT_WEBHOOK_ADDR {self.host}:{self.port}: cannot listen "
+                f"({exc.strerror or exc}); is another process using the port?"
+            ) from exc
+        self._runner = runner
+        addresses = runner.addresses  # (host, port, ...) of every bound socket
+        self.bound_port = int(addresses[0][1]) if addresses else self.port
+        _log.info("git_webhook_listening", addr=self.addr, path=PATH,
+                  detail=f"Webhook http server listening on {self.addr}")
+        if self.source.webhook_secret is None:
+            _log.warning(
+                "git_webhook_unauthenticated", addr=self.addr,
+                detail="no --webhook-secret is configured: the endpoint is unauthenticated "
+                "and anyone who can reach it can trigger a sync",
+            )
+
+    async def aclose(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await runner.cleanup()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; binds first unless :meth:`bind` already did (the
+        worker binds during start-up, so a taken port fails it in one line)."""
+        owned = self._runner is None
+        if owned:
+            await self.bind()
+        task_status.started()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            if owned:
+                await self.aclose()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        outcome, response = await self._answer(request)
+        self._notify(GitWebhookDelivered(outcome=outcome))
+        _log.info(
+            "git_webhook_delivery", outcome=outcome, status=response.status,
+            github_event=request.headers.get("X-GitHub-Event", "-"),
+            delivery=request.headers.get("X-GitHub-Delivery", "-"),
+        )
+        return response
+
+    async def _read(self, request: web.Request) -> bytes | None:
+        """The body, or None when it is over the cap (checked before reading it all)."""
+        if request.content_length is not None and request.content_length > self._max_body:
+            return None
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return None
+
+    async def _answer(self, request: web.Request) -> tuple[str, web.Response]:
+        body = await self._read(request)
+        if body is None:
+            return "too_large", _reply(413, f"body over {self._max_body} bytes")
+        if self.source.webhook_secret is not None:
+            refused = await self._check_signature(body, request)
+            if refused is not None:
+                return refused
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return "malformed", _reply(400, "body is not JSON")
+        decision = push_decision(request.headers.get("X-GitHub-Event"), payload, self.source)
+        if not decision.schedule:
+            return "ignored", _reply(200, decision.reason)
+        delivery = request.headers.get("X-GitHub-Delivery", "")
+        if delivery and delivery in self._accepted:
+            return "duplicate", _reply(200, "delivery already accepted; no second sync")
+        if delivery:
+            self._accepted[delivery] = None
+            while len(self._accepted) > REMEMBERED_DELIVERIES:
+                self._accepted.popitem(last=False)
+        self._request_sync()
+        return "accepted", _reply(202, "sync scheduled")
+
+    async def _check_signature(
+        self, body: bytes, request: web.Request
+    ) -> tuple[str, web.Response] | None:
+        name = self.source.webhook_secret
+        assert name is not None
+        try:
+            secret = await anyio.to_thread.run_sync(self._secrets.get, name)
+        except (RelayError, OSError) as exc:
+            # the reason names the secret, never a value
+            _log.error("git_webhook_secret_unavailable", secret=name, error=str(exc))
+            return "unavailable", _reply(500, "webhook secret unavailable")
+        # `echo value | relay secret set` stores a trailing newline GitHub never signs with
+        secret = secret.rstrip("\r\n")
+        if not signature_valid(secret, body, request.headers.get("X-Hub-Signature-256")):
+            return "unauthorized", _reply(401, "missing or invalid X-Hub-Signature-256")
+        return None
+
+
+def _reply(status: int, text: str) -> web.Response:
+    return web.Response(status=status, text=text + "\n")
+
+
+def git_webhook(
+    *,
+    host: str,
+    port: int,
+    state_dir: Path,
+    functions_dir: Path,
+    secrets: SecretStore,
+    notify: Notify,
+    clock: Callable[[], float],
+) -> tuple[SyncScheduler, WebhookServer] | None:
+    """The scheduler and the server when a git source is configured; None (with
+    the reason logged) otherwise. ``GIT_WEBHOOK_ADDR`` itself is checked by the caller."""
+    paths = GitPaths(state_dir)
+    try:
+        source = GitStore(paths).load_source()
+    except RelayError as exc:
+        _log.error("git_webhook_disabled", reason=str(exc))
+        return None
+    if source is None:
+        _log.info("git_webhook_disabled",
+                  reason="no git source is configured (relay git set); nothing is bound")
+        return None
+
+    def trusted(host_key: TrustedHost) -> None:
+        _log.warning("git_host_trusted", host=host_key.host,
+                     fingerprint=host_key.fingerprint, detail=host_key.message())
+
+    service = GitSyncService(paths, functions_dir, clock=clock, wait_for_lock=True,
+                             on_trusted=trusted)
+
+    async def sync() -> SyncSummary:
+        return (await service.sync()).summary()
+
+    scheduler = SyncScheduler(sync, notify)
+    server = WebhookServer(host, port, source=source, secrets=secrets,
+                           request_sync=scheduler.request, notify=notify)
+    return scheduler, server

@@ -1,0 +1,120 @@
+"""The coalescing scheduler behind the webhook, on a gated fake sync."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import anyio.lowlevel
+import pytest
+from structlog.testing import capture_logs
+
+from relay.adapters.metrics.registry import Metrics
+from relay.adapters.metrics.subscribers import subscribe
+from relay.application.bus import MessageBus
+from relay.application.git_sync import SyncScheduler
+from relay.domain import events as ev
+from relay.domain.git import GitError, SyncSummary
+from relay.domain.messages import DomainEvent
+
+pytestmark = pytest.mark.anyio
+
+
+class GatedSync:
+    """A sync that waits for ``release`` each time; counts starts and finishes."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.finished = 0
+        self.running = 0
+        self.peak = 0
+        self.release = anyio.Event()
+        self.fail_next = False
+
+    async def __call__(self) -> SyncSummary:
+        self.started += 1
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await self.release.wait()
+        finally:
+            self.running -= 1
+        self.release = anyio.Event()
+        self.finished += 1
+        if self.fail_next:
+            self.fail_next = False
+            raise GitError("cannot reach example.invalid: Connection refused")
+        return SyncSummary(commit=f"c{self.finished}", functions=1)
+
+
+async def wait_for(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(5):
+        while not condition():  # noqa: ASYNC110 - polling a fake's plain attribute
+            await anyio.sleep(0.001)
+
+
+async def settle(predicate: Callable[[], bool]) -> None:
+    """Assert ``predicate`` holds over a sustained window of event-loop turns."""
+    for _ in range(200):
+        assert predicate()
+        await anyio.lowlevel.checkpoint()
+
+
+async def test_twenty_pushes_during_a_sync_give_exactly_one_follow_up() -> None:
+    gated = GatedSync()
+    events: list[DomainEvent] = []
+    scheduler = SyncScheduler(gated, events.append)
+    async with anyio.create_task_group() as tg:
+        await tg.start(scheduler.run)
+        scheduler.request()
+        await wait_for(lambda: gated.started == 1)
+        for _ in range(20):
+            scheduler.request()  # returns at once: the caller never runs a sync
+        gated.release.set()
+        await wait_for(lambda: gated.started == 2)
+        gated.release.set()
+        await wait_for(lambda: gated.finished == 2)
+        await settle(lambda: gated.started == 2)  # no third sync, ever
+        tg.cancel_scope.cancel()
+    assert gated.peak == 1  # never two at once
+    assert scheduler.requests == 21
+    assert [e for e in events if isinstance(e, ev.GitSyncFinished)] == [
+        ev.GitSyncFinished(ok=True, commit="c1"),
+        ev.GitSyncFinished(ok=True, commit="c2"),
+    ]
+
+
+async def test_a_failed_sync_is_logged_and_counted_and_the_next_request_still_runs() -> None:
+    gated = GatedSync()
+    bus = MessageBus({})
+    metrics = Metrics()
+    subscribe(bus, metrics)
+    scheduler = SyncScheduler(gated, bus.notify)
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            gated.fail_next = True
+            scheduler.request()
+            await wait_for(lambda: gated.started == 1)
+            gated.release.set()
+            await wait_for(lambda: gated.finished == 1)
+            scheduler.request()
+            await wait_for(lambda: gated.started == 2)
+            gated.release.set()
+            await wait_for(lambda: gated.finished == 2)
+            tg.cancel_scope.cancel()
+    failed = [line for line in logs if line["event"] == "git_sync_failed"]
+    assert failed == [{"event": "git_sync_failed", "log_level": "warning",
+                       "error": "cannot reach example.invalid: Connection refused"}]
+    sample = metrics.registry.get_sample_value
+    assert sample("git_syncs_total", {"outcome": "failure"}) == 1
+    assert sample("git_syncs_total", {"outcome": "success"}) == 1
+
+
+async def test_nothing_runs_without_a_request() -> None:
+    gated = GatedSync()
+    scheduler = SyncScheduler(gated, lambda _e: None)
+    async with anyio.create_task_group() as tg:
+        await tg.start(scheduler.run)
+        await settle(lambda: gated.started == 0)
+        tg.cancel_scope.cancel()
