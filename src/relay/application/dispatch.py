@@ -571,7 +571,8 @@ class _Lease:
         elapsed_ms = int((d._clock.monotonic() - self._since) * 1000)
         status, ctx = self._status, self._ctx
         function, handler = split_field(status.field)
-        if self._lease_ms - elapsed_ms < need_ms:
+        remaining_ms = self._lease_ms - elapsed_ms
+        if remaining_ms < need_ms:
             asked = d._clock.monotonic()
             request = RenewRequest(
                 context=ctx,
@@ -593,7 +594,7 @@ class _Lease:
                     handler=handler,
                     message_id=ctx.message_id,
                     attempt=status.attempt,
-                    remaining_ms=max(0, self._lease_ms - elapsed_ms),
+                    remaining_ms=max(0, remaining_ms),
                     lease_ms=need_ms,
                 )
             )
