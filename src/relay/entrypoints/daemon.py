@@ -29,6 +29,7 @@ from pathlib import Path
 import anyio
 import structlog
 
+from relay.adapters.linewriter import writer_for
 from relay.bootstrap import Worker, build_worker
 from relay.domain.errors import ConfigError, RelayError
 from relay.entrypoints.config import Settings, load_settings
@@ -53,11 +54,21 @@ def main(env: Mapping[str, str], functions_dir: Path) -> int:
         anyio.run(run, settings, functions_dir, backend_options=loop_options())
     except RelayError as exc:
         log.error("startup_failed", error=str(exc))  # noqa: TRY400 - a RelayError is one line, no traceback
-        sys.stderr.write(f"relay: {exc}\n")
+        _say(f"relay: {exc}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
         pass
     return EXIT_OK
+
+
+def _say(line: str) -> None:
+    """The last word on stderr, after the log lines queued before it (the logs go
+    through a writer thread: a direct write would overtake them)."""
+    writer = writer_for(sys.stderr, "stderr")
+    if writer is None:
+        sys.stderr.write(line + "\n")
+    else:
+        writer.line(line)
 
 
 def loop_options() -> dict[str, bool]:

@@ -88,11 +88,11 @@ class CounterSeries(_Series[float]):
         return self.values.get(labels, 0.0)
 
     def items(self) -> list[tuple[Labels, float]]:
-        return list(self.values.items())
+        return _copied(self.values)
 
     def collect(self) -> Iterable[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        created = dict(self._created)
+        created = dict(_copied(self._created))
         for labels, value in self.items():
             family.add_metric(labels, value, created=created.get(labels))
         return (family,)
@@ -126,8 +126,8 @@ class HistogramSeries(_Series[list[float]]):
 
     def collect(self) -> Iterable[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        created = dict(self._created)
-        for labels, entry in list(self.values.items()):
+        created = dict(_copied(self._created))
+        for labels, entry in _copied(self.values):
             counts = list(entry)  # one step: the event loop may be updating it
             cumulative, buckets = 0.0, []
             for le, count in zip(self._le, counts, strict=False):
@@ -140,3 +140,15 @@ class HistogramSeries(_Series[list[float]]):
                            created[labels])
                 )
         return (family,)
+
+
+def _copied(values: dict[Labels, V]) -> list[tuple[Labels, V]]:
+    """``values``' items in one step. A copy runs in C without releasing the GIL,
+    except when an allocation inside it triggers a garbage collection whose
+    finalizers run Python code: then the event loop's thread may add a series
+    meanwhile and the copy raises; it is simply taken again."""
+    while True:
+        try:
+            return list(values.items())
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
