@@ -1,0 +1,124 @@
+"""Schedule occurrences on Redis: publish-if-new, the overlap question, history.
+
+Publishing is one Lua script (``lua/publish_occurrence.lua``): the dedup key
+``relay:schedule:<function>:<handler>:<scheduled_at>`` (7-day TTL) and the stream
+entry are written together or not at all. It runs through redis-py's own
+``EVALSHA`` (a few calls a second at most, so not worth the ledger's pipelined
+channel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+import msgspec
+from redis.asyncio import Redis
+
+from relay.adapters.redis.keys import invocation_key, translated
+from relay.domain.ledger_rules import CLASS_FIELD, parse_class_stamp
+from relay.domain.schedule import (
+    DEDUP_TTL_S,
+    Envelope,
+    dedup_key,
+    encode,
+    is_occurrence,
+    parse_occurrence,
+)
+
+# Pending entries examined per overlap check: a schedule with more earlier
+# occurrences pending than this is overlapping anyway.
+PENDING_SCAN = 200
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _source() -> str:
+    folder = resources.files("relay.adapters.redis").joinpath("lua")
+    return folder.joinpath("publish_occurrence.lua").read_text()
+
+
+class RedisOccurrencePublisher:
+    """:class:`relay.application.ports.OccurrencePublisher` on Redis."""
+
+    def __init__(self, client: Redis, stream: str, *, ttl_s: int = DEDUP_TTL_S) -> None:
+        self._client = client
+        self._stream = stream
+        self._ttl = ttl_s
+        self._script = client.register_script(_source())
+
+    async def publish(self, occurrence: Envelope) -> str | None:
+        keys = [dedup_key(occurrence.occurrence_id), self._stream]
+        with translated("schedule publish"):
+            added = await self._script(keys=keys, args=[encode(occurrence), self._ttl])
+        return None if added is None else _text(added)
+
+
+class RedisOccurrenceHistory:
+    """:class:`relay.application.ports.OccurrenceHistory` on Redis: the group's
+    pending list, each entry's ledger classification (an occurrence's is its id),
+    and for an entry not classified yet, its envelope."""
+
+    def __init__(self, client: Redis, stream: str, group: str) -> None:
+        self._client = client
+        self._stream = stream
+        self._group = group
+
+    async def unfinished_before(self, prefix: str, message_id: str) -> bool:
+        with translated("XPENDING"):
+            rows = await self._client.xpending_range(
+                self._stream, self._group, min="-", max=f"({message_id}", count=PENDING_SCAN
+            )
+            ids = [_text(r["message_id"]) for r in rows]
+            if not ids:
+                return False
+            async with self._client.pipeline(transaction=False) as pipe:
+                for entry_id in ids:
+                    pipe.hget(invocation_key(self._stream, self._group, entry_id), CLASS_FIELD)
+                stamps: Sequence[Any] = await pipe.execute()
+            unclassified: list[str] = []
+            for entry_id, stamp in zip(ids, stamps, strict=True):
+                if stamp is None:
+                    unclassified.append(entry_id)
+                elif (parse_class_stamp(_text(stamp))[0] or "").startswith(prefix):
+                    return True
+            return await self._any_envelope(unclassified, prefix)
+
+    async def _any_envelope(self, ids: list[str], prefix: str) -> bool:
+        """An entry delivered but not begun yet: its body says what it is."""
+        for entry_id in ids:
+            rows: Any = await self._client.xrange(self._stream, entry_id, entry_id)
+            for _, fields in rows:
+                if _envelope_prefix_matches(fields, prefix):
+                    return True
+        return False
+
+
+def _envelope_prefix_matches(fields: dict[Any, Any], prefix: str) -> bool:
+    raw = fields.get(b"event", fields.get("event"))
+    if raw is None:
+        return False
+    try:
+        event = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return False
+    if not isinstance(event, dict) or not is_occurrence(event):
+        return False
+    parsed = parse_occurrence(event)
+    return isinstance(parsed, Envelope) and parsed.occurrence_id.startswith(prefix)
+
+
+async def last_published(client: Redis, prefix: str) -> str | None:
+    """The latest occurrence id with ``prefix`` still remembered by a dedup key
+    (read-only, for ``relay schedule ls``)."""
+    latest: str | None = None
+    with translated("SCAN"):
+        async for key in client.scan_iter(match=dedup_key(prefix) + "*", count=500):
+            occurrence = _text(key).removeprefix("relay:")
+            # RFC 3339 UTC in whole seconds sorts as text
+            if latest is None or occurrence > latest:
+                latest = occurrence
+    return latest
