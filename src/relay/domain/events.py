@@ -52,6 +52,8 @@ class ScheduleSummary(msgspec.Struct, frozen=True, kw_only=True):
     timezone: str
     timeout_ns: int
     retries: int
+    catchup_ns: int = 0
+    overlap: str = "allow"
 
 
 class ServiceSummary(msgspec.Struct, frozen=True, kw_only=True):
