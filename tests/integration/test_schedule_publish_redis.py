@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from relay.adapters.redis.schedules import RedisOccurrencePublisher, last_published
+from relay.adapters.redis.schedules import RedisOccurrencePublisher, latest_published
 from relay.domain import schedule
 from relay.domain.errors import DependencyUnavailable
 from tests.integration.delivery_support import bytes_client
@@ -78,7 +78,7 @@ async def test_a_failing_xadd_leaves_no_key(client: redis.asyncio.Redis, unique:
     assert int(await client.xlen(stream)) == 1
 
 
-async def test_last_published_reads_the_dedup_keys(
+async def test_latest_published_reads_the_dedup_keys(
     client: redis.asyncio.Redis, unique: str
 ) -> None:
     publisher = RedisOccurrencePublisher(client, f"{unique}-events")
@@ -87,5 +87,7 @@ async def test_last_published_reads_the_dedup_keys(
         await publisher.publish(schedule.envelope(fn, "jobs.a", at))
     await publisher.publish(schedule.envelope(fn, "jobs.ab", AT + 7200))  # another schedule
     prefix = schedule.schedule_prefix(fn, "jobs.a")
-    assert await last_published(client, prefix) == schedule.occurrence_id(fn, "jobs.a", AT + 3600)
-    assert await last_published(client, schedule.schedule_prefix(fn, "jobs.none")) is None
+    none = schedule.schedule_prefix(fn, "jobs.none")
+    assert await latest_published(client, [prefix, none]) == {
+        prefix: schedule.occurrence_id(fn, "jobs.a", AT + 3600)
+    }

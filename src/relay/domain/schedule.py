@@ -37,6 +37,7 @@ from relay.domain.template import ScheduleRule
 SOURCE: Final = "relay.schedule"
 DEDUP_TTL_S: Final = 7 * 86400
 ID_PREFIX: Final = "schedule:"
+INSTANT_LENGTH: Final = len("2026-03-29T01:00:00Z")  # the end of every occurrence id
 _INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 # Bounds one evaluation: a every-second cron over a stalled minute is 60 firings.
 MAX_FIRINGS: Final = 3600

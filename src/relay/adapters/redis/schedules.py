@@ -9,7 +9,7 @@ channel).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from importlib import resources
 from typing import Any
 
@@ -20,6 +20,8 @@ from relay.adapters.redis.keys import invocation_key, translated
 from relay.domain.ledger_rules import CLASS_FIELD, parse_class_stamp
 from relay.domain.schedule import (
     DEDUP_TTL_S,
+    ID_PREFIX,
+    INSTANT_LENGTH,
     Envelope,
     dedup_key,
     encode,
@@ -111,14 +113,17 @@ def _envelope_prefix_matches(fields: dict[Any, Any], prefix: str) -> bool:
     return isinstance(parsed, Envelope) and parsed.occurrence_id.startswith(prefix)
 
 
-async def last_published(client: Redis, prefix: str) -> str | None:
-    """The latest occurrence id with ``prefix`` still remembered by a dedup key
-    (read-only, for ``relay schedule ls``)."""
-    latest: str | None = None
+async def latest_published(client: Redis, prefixes: Collection[str]) -> dict[str, str]:
+    """For each schedule prefix (:func:`relay.domain.schedule.schedule_prefix`), its
+    latest occurrence id still remembered by a dedup key: one ``SCAN`` over
+    ``relay:schedule:*`` (read-only, for ``relay schedule ls``)."""
+    wanted = set(prefixes)
+    latest: dict[str, str] = {}
     with translated("SCAN"):
-        async for key in client.scan_iter(match=dedup_key(prefix) + "*", count=500):
+        async for key in client.scan_iter(match=dedup_key(ID_PREFIX) + "*", count=1000):
             occurrence = _text(key).removeprefix("relay:")
+            prefix = occurrence[: -INSTANT_LENGTH]
             # RFC 3339 UTC in whole seconds sorts as text
-            if latest is None or occurrence > latest:
-                latest = occurrence
+            if prefix in wanted and occurrence > latest.get(prefix, ""):
+                latest[prefix] = occurrence
     return latest
