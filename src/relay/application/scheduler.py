@@ -68,6 +68,10 @@ class Scheduler:
         self._attempts = max(1, attempts)
         self._backoff_s = backoff_s
         self._last: int | None = None
+        # each schedule's first firing after the previous tick: a tick with
+        # nothing due costs a lookup, not a cron evaluation (a changed rule is
+        # a new key, so it is evaluated afresh)
+        self._next: dict[tuple[str, ScheduleRule], int] = {}
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         await self.start()
@@ -95,9 +99,16 @@ class Scheduler:
         if now <= self._last:
             return
         since = max(self._last, now - MAX_LAG_S)
+        upcoming: dict[tuple[str, ScheduleRule], int] = {}
         for function, rule in self._schedules():
-            for at in schedule.firings(rule, since, now):
-                await self._publish(function, rule, at)
+            key = (function, rule)
+            due = self._next.get(key)
+            if due is None or due <= now:
+                for at in schedule.firings(rule, since, now):
+                    await self._publish(function, rule, at)
+                due = schedule.next_firing(rule, now)
+            upcoming[key] = due
+        self._next = upcoming
         self._last = now
 
     def _schedules(self) -> Iterator[tuple[str, ScheduleRule]]:
