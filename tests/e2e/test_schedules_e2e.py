@@ -147,13 +147,13 @@ def test_caught_up_failing_invalid_obsolete_and_skipped_occurrences_end_as_docum
     hour = epoch(found.group(1))
     expected = schedule.encode(schedule.envelope("jobs", "jobs.hourly.handler", hour)).decode()
     # invalid: an envelope someone wrote by hand; obsolete: a schedule the template lacks
-    forged = msgspec_envelope("jobs", "jobs.hourly.handler", hour + 7)
+    forged = forged_envelope("jobs", "jobs.hourly.handler", hour + 7)
     invalid_id = send_event(sync_redis, stream, forged)
     gone = schedule.envelope("jobs", "jobs.removed.handler", hour)
     obsolete_id = text(sync_redis.xadd(stream, {"event": schedule.encode(gone)}))
     worker.wait_for(rf"msg=occurrence_obsolete.*message_id={re.escape(obsolete_id)}")
     worker.wait_for(r"msg=occurrence_skipped.*handler=jobs\.slow\.handler")
-    wait_until(lambda: len(sync_redis.xrange(dlq_key(stream))) >= 2, 30, "both DLQ entries")
+    wait_until(lambda: int(sync_redis.xlen(dlq_key(stream))) >= 2, 30, "both DLQ entries")
     rows: Any = sync_redis.xrange(dlq_key(stream))
     dlq = [{text(k): text(v) for k, v in f.items()} for _, f in rows]
     failed = [e for e in dlq if e["handler"] == "jobs.hourly.handler"]
@@ -172,7 +172,7 @@ def test_caught_up_failing_invalid_obsolete_and_skipped_occurrences_end_as_docum
         assert running <= 1, "\n".join(marks)
 
 
-def msgspec_envelope(function: str, handler: str, at_s: int) -> dict[str, str]:
+def forged_envelope(function: str, handler: str, at_s: int) -> dict[str, str]:
     """An envelope whose instant is not a firing of its cron (07 s past the hour)."""
     return {
         "source": "relay.schedule",
