@@ -146,3 +146,25 @@ async def test_an_acknowledged_occurrence_is_finished(
     first, second = await bed.stream.read(10, 10)
     await bed.stream.drop([first.id])  # acknowledged: no longer pending
     assert not await bed.history.unfinished_before(prefix, second.id)
+
+
+@pytest.mark.redis
+async def test_the_redis_check_pages_past_many_pending_events(
+    request: pytest.FixtureRequest, unique: str
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url_for(request), decode_responses=False)
+    try:
+        bed = RedisBed(client, unique)
+        await bed.stream.ensure_group()
+        fn = f"fn-{unique}"
+        prefix = schedule.schedule_prefix(fn, "jobs.a")
+        for i in range(1200):  # more than two pages of ordinary events, pending first
+            await client.xadd(bed.stream.stream, {"event": b'{"n": %d}' % i})
+        await bed.publisher.publish(schedule.envelope(fn, "jobs.a", AT))
+        await bed.publisher.publish(schedule.envelope(fn, "jobs.a", AT + 60))
+        delivered = await bed.stream.read(2000, 10)
+        assert len(delivered) == 1202
+        assert await bed.history.unfinished_before(prefix, delivered[-1].id)
+        assert not await bed.history.unfinished_before(prefix, delivered[-2].id)
+    finally:
+        await client.aclose()

@@ -29,9 +29,11 @@ from relay.domain.schedule import (
     parse_occurrence,
 )
 
-# Pending entries examined per overlap check: a schedule with more earlier
-# occurrences pending than this is overlapping anyway.
-PENDING_SCAN = 200
+# The overlap check pages through the group's pending entries older than the
+# occurrence, oldest first, at most PENDING_PAGES x PENDING_PAGE of them; beyond
+# that it cannot tell and the occurrence runs (at-least-once first).
+PENDING_PAGE = 500
+PENDING_PAGES = 10
 
 
 def _text(value: Any) -> str:
@@ -70,24 +72,34 @@ class RedisOccurrenceHistory:
         self._group = group
 
     async def unfinished_before(self, prefix: str, message_id: str) -> bool:
+        low = "-"
         with translated("XPENDING"):
-            rows = await self._client.xpending_range(
-                self._stream, self._group, min="-", max=f"({message_id}", count=PENDING_SCAN
-            )
-            ids = [_text(r["message_id"]) for r in rows]
-            if not ids:
-                return False
-            async with self._client.pipeline(transaction=False) as pipe:
-                for entry_id in ids:
-                    pipe.hget(invocation_key(self._stream, self._group, entry_id), CLASS_FIELD)
-                stamps: Sequence[Any] = await pipe.execute()
-            unclassified: list[str] = []
-            for entry_id, stamp in zip(ids, stamps, strict=True):
-                if stamp is None:
-                    unclassified.append(entry_id)
-                elif (parse_class_stamp(_text(stamp))[0] or "").startswith(prefix):
+            for _ in range(PENDING_PAGES):
+                rows = await self._client.xpending_range(
+                    self._stream, self._group, min=low, max=f"({message_id}", count=PENDING_PAGE
+                )
+                ids = [_text(r["message_id"]) for r in rows]
+                if await self._any_of(ids, prefix):
                     return True
-            return await self._any_envelope(unclassified, prefix)
+                if len(ids) < PENDING_PAGE:
+                    return False
+                low = f"({ids[-1]}"
+        return False  # more pending than the scan covers: cannot tell, so it runs
+
+    async def _any_of(self, ids: list[str], prefix: str) -> bool:
+        if not ids:
+            return False
+        async with self._client.pipeline(transaction=False) as pipe:
+            for entry_id in ids:
+                pipe.hget(invocation_key(self._stream, self._group, entry_id), CLASS_FIELD)
+            stamps: Sequence[Any] = await pipe.execute()
+        unclassified: list[str] = []
+        for entry_id, stamp in zip(ids, stamps, strict=True):
+            if stamp is None:
+                unclassified.append(entry_id)
+            elif (parse_class_stamp(_text(stamp))[0] or "").startswith(prefix):
+                return True
+        return await self._any_envelope(unclassified, prefix)
 
     async def _any_envelope(self, ids: list[str], prefix: str) -> bool:
         """An entry delivered but not begun yet: its body says what it is."""
