@@ -8,8 +8,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from structlog.testing import capture_logs
 
 from relay.application.bus import MessageBus
+from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.application.scheduler import Scheduler
 from relay.domain import events as ev
@@ -36,8 +38,10 @@ class Fleet:
         self.registry.mark_complete()
         self.events: list[DomainEvent] = []
         bus = MessageBus({})
+        subscribe_delivery_log(bus)
         for kind in (
             ev.OccurrencePublished, ev.OccurrenceDuplicate, ev.OccurrencePublishFailed,
+            ev.OccurrencePublishRecovered,
         ):  # fmt: skip
             bus.subscribe(kind, self.events.append)
         self.workers = [
@@ -149,6 +153,7 @@ async def test_a_failing_publish_is_retried_within_the_tick_then_counted() -> No
     assert fleet.publisher.calls - calls == 3  # bounded
     [failed] = fleet.of(ev.OccurrencePublishFailed)
     assert failed.attempts == 3
+    assert failed.first
     assert failed.occurrence_id == "schedule:clock:jobs.tick.handler:2026-06-01T12:00:02Z"
     assert "connection refused" in failed.error
     await fleet.run_for(1)  # the next tick is not held up by the lost one
@@ -190,3 +195,20 @@ async def test_a_late_tick_publishes_what_it_missed_up_to_a_bound() -> None:
     entries = fleet.published()
     assert len(entries) == 60  # MAX_LAG_S
     assert entries[-1]["scheduled_at"] == "2026-06-01T13:00:01Z"
+
+
+async def test_an_outage_warns_once_and_says_when_it_is_over() -> None:
+    fleet = Fleet(at(2026, 6, 1, 12, 0, 0))
+    fleet.function("clock", job("* * * * * *"), job("*/2 * * * * *", "jobs.other.handler"))
+    await fleet.start()
+    fleet.publisher.fail_next = 3 * 6  # both schedules fail for 4 s (6 publishes, 3 tries each)
+    with capture_logs() as logs:
+        await fleet.run_for(4)
+        await fleet.run_for(1)
+    failed = fleet.of(ev.OccurrencePublishFailed)
+    assert [f.first for f in failed] == [True] + [False] * 5
+    assert fleet.of(ev.OccurrencePublishRecovered) == [ev.OccurrencePublishRecovered(failed=6)]
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert [e["event"] for e in warnings] == ["occurrence_publish_failed"]
+    infos = [e["event"] for e in logs if e["log_level"] == "info"]
+    assert infos.count("occurrence_publish_recovered") == 1

@@ -140,7 +140,9 @@ def _published(e: ev.OccurrencePublished) -> None:
 
 
 def _publish_failed(e: ev.OccurrencePublishFailed) -> None:
-    _log.warning(
+    # one warning per outage; the rest at debug (schedule_publish_failures_total counts all)
+    line = _log.warning if e.first else _log.debug
+    line(
         "occurrence_publish_failed",
         function=e.function,
         handler=e.handler,
@@ -148,6 +150,10 @@ def _publish_failed(e: ev.OccurrencePublishFailed) -> None:
         attempts=e.attempts,
         error=e.error,
     )
+
+
+def _publish_recovered(e: ev.OccurrencePublishRecovered) -> None:
+    _log.info("occurrence_publish_recovered", failed=e.failed)
 
 
 def _obsolete(e: ev.OccurrenceObsolete) -> None:
@@ -175,6 +181,7 @@ def _skipped(e: ev.OccurrenceSkipped) -> None:
 LINES: dict[type[DomainEvent], Callable[[Any], None]] = {
     ev.OccurrencePublished: _published,
     ev.OccurrencePublishFailed: _publish_failed,
+    ev.OccurrencePublishRecovered: _publish_recovered,
     ev.OccurrenceObsolete: _obsolete,
     ev.OccurrenceSkipped: _skipped,
     ev.InvocationStarted: _started,

@@ -31,6 +31,7 @@ from relay.domain.events import (
     OccurrenceDuplicate,
     OccurrencePublished,
     OccurrencePublishFailed,
+    OccurrencePublishRecovered,
 )
 from relay.domain.messages import DomainEvent
 from relay.domain.template import ScheduleRule
@@ -72,6 +73,7 @@ class Scheduler:
         # nothing due costs a lookup, not a cron evaluation (a changed rule is
         # a new key, so it is evaluated afresh)
         self._next: dict[tuple[str, ScheduleRule], int] = {}
+        self._failed = 0  # failed publishes since the last success
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         await self.start()
@@ -127,6 +129,7 @@ class Scheduler:
                 entry_id = await self._publisher.publish(occurrence)
             except DependencyUnavailable as exc:
                 if attempt == self._attempts:
+                    self._failed += 1
                     self._notify(
                         OccurrencePublishFailed(
                             function=function,
@@ -134,12 +137,16 @@ class Scheduler:
                             occurrence_id=occurrence.occurrence_id,
                             attempts=attempt,
                             error=str(exc),
+                            first=self._failed == 1,
                         )
                     )
                     return
                 await anyio.sleep(delay)
                 delay *= 2
                 continue
+            if self._failed:
+                self._notify(OccurrencePublishRecovered(failed=self._failed))
+                self._failed = 0
             if entry_id is None:
                 self._notify(
                     OccurrenceDuplicate(

@@ -359,13 +359,22 @@ class OccurrenceDuplicate(DomainEvent, frozen=True, kw_only=True):
 
 class OccurrencePublishFailed(DomainEvent, frozen=True, kw_only=True):
     """Every bounded attempt to publish failed (``schedule_publish_failures_total``);
-    this worker's tick is lost, the other workers still publish it."""
+    this worker's tick is lost, the other workers still publish it. ``first`` is
+    true for the first failure after a success (an outage logs one warning, not
+    one per schedule per second)."""
 
     function: str
     handler: str
     occurrence_id: str
     attempts: int
     error: str
+    first: bool = True
+
+
+class OccurrencePublishRecovered(DomainEvent, frozen=True, kw_only=True):
+    """A publish succeeded again after ``failed`` failed ones."""
+
+    failed: int
 
 
 class OccurrenceObsolete(DomainEvent, frozen=True, kw_only=True):
