@@ -55,12 +55,12 @@ class Fleet:
             for _ in range(workers)
         ]
 
-    def function(self, name: str, *schedules: dict[str, Any]) -> None:
+    def function(self, name: str, *schedules: dict[str, Any], image: str | None = "img") -> None:
         template = parse_template({"runtime": "python3.14", "schedules": list(schedules)})
         self.registry.put(
             ActiveFunction(
                 name=name, directory=f"/functions/{name}", template=template,
-                runtime="python3.14", image="img", fingerprint=None, prepared_at=None,
+                runtime="python3.14", image=image, fingerprint=None, prepared_at=None,
             )
         )  # fmt: skip
 
@@ -212,3 +212,16 @@ async def test_an_outage_warns_once_and_says_when_it_is_over() -> None:
     assert [e["event"] for e in warnings] == ["occurrence_publish_failed"]
     infos = [e["event"] for e in logs if e["log_level"] == "info"]
     assert infos.count("occurrence_publish_recovered") == 1
+
+
+async def test_a_function_that_has_never_served_publishes_nothing_yet() -> None:
+    fleet = Fleet(at(2026, 6, 1, 12, 0, 0))
+    fleet.function("clock", job("* * * * * *"), image=None)  # first image still building
+    await fleet.start()
+    await fleet.run_for(5)
+    assert fleet.published() == []
+    fleet.function("clock", job("* * * * * *"))  # its image is ready
+    await fleet.run_for(2)
+    assert [e["scheduled_at"] for e in fleet.published()] == [
+        "2026-06-01T12:00:06Z", "2026-06-01T12:00:07Z",
+    ]  # fmt: skip

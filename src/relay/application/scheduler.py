@@ -11,7 +11,8 @@ At start, a schedule with ``catchup`` publishes the latest occurrence it missed
 within that window (never a future one, never more than one); every worker may
 try, the dedup key keeps it to one entry.
 
-A failed publish is tried again a few times within the tick, with a short
+Only functions that serve (their first image is ready) have their schedules
+evaluated. A failed publish is tried again a few times within the tick, with a short
 backoff, then counted (:class:`OccurrencePublishFailed`): the tick is lost for
 this worker only; the others still publish the occurrence.
 """
@@ -114,10 +115,15 @@ class Scheduler:
         self._last = now
 
     def _schedules(self) -> Iterator[tuple[str, ScheduleRule]]:
+        """The schedules of every function that serves. One whose first image is
+        not ready (building, or its build failed) publishes nothing yet: its
+        occurrences would only pile up pending, one a second for a 6-field cron."""
         catalog = self._registry.current()
         for name in sorted(catalog.functions):
-            for rule in catalog.functions[name].template.schedules:
-                yield name, rule
+            fn = catalog.functions[name]
+            if fn.ready:
+                for rule in fn.template.schedules:
+                    yield name, rule
 
     async def _publish(
         self, function: str, rule: ScheduleRule, at: int, *, caught_up: bool = False
