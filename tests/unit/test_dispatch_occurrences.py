@@ -206,3 +206,21 @@ async def test_a_redelivered_occurrence_runs_once() -> None:
     report = await world.dispatch(again)
     assert report.acknowledged
     assert len(world.runtime.requests) == 1
+
+
+async def test_a_redelivered_occurrence_is_never_skipped_away() -> None:
+    world = world_with(nightly(cron="* * * * *", overlap="skip", retries=2))
+    world.runtime.script[FIELD] = InvocationResult(ok=False, error="boom")
+    first = await publish(world, AT)
+    second = await publish(world, AT + 60)
+    one, two = await world.stream.read(2, 0)
+    assert (await world.dispatch(one)).outcome == "retrying"
+    world.history.fail_next = 1  # the check cannot be answered: the second one runs
+    assert (await world.dispatch(two)).outcome == "retrying"
+    # both are backing off; the second comes back through recovery first
+    world.expire_deadlines(second)
+    again = await world.redeliver(second)
+    assert (again.acknowledged, again.outcome) == (False, "retrying")  # its retry ran
+    assert len(world.runtime.requests) == 3
+    assert world.of(ev.OccurrenceSkipped) == []
+    assert first in world.stream.pending

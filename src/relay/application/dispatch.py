@@ -232,6 +232,11 @@ class MessageDispatcher:
             planned = self._plan(message.payload)
             if isinstance(planned, Malformed):
                 return Outcome(await self._dead_letter_malformed(ctx, planned))
+            if planned.skip_overlap and message.reclaimed:
+                # Skipping is decided on the first delivery only: a redelivered
+                # occurrence may hold a claim or a retry of its own, which a skip
+                # would acknowledge away.
+                planned = msgspec.structs.replace(planned, skip_overlap=False)
             return Outcome(await self._deliver(ctx, message.payload or b"", planned))
 
     def _publish(self, events: list[DomainEvent] | tuple[DomainEvent, ...]) -> None:
