@@ -58,6 +58,8 @@ def ticks_run(workers: list[RelayWorker]) -> Counter[str]:
     return seen
 
 
+# slow by nature: three worker starts, then a full minute of ticks
+@pytest.mark.timeout(300)
 def test_three_workers_every_second_for_60_ticks_publish_and_run_each_once(
     relay_worker: WorkerFactory,
     functions_dir: Path,
