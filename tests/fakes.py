@@ -11,9 +11,10 @@ from pathlib import Path
 
 import anyio
 import anyio.lowlevel
+import msgspec
 
 from relay.application.ports import StartGuard
-from relay.domain import ledger_rules
+from relay.domain import ledger_rules, schedule
 from relay.domain.errors import BuildError, DependencyUnavailable
 from relay.domain.execution import (
     InvocationRequest,
@@ -37,6 +38,8 @@ from relay.domain.outcome import (
     StreamMessage,
     split_field,
 )
+from relay.domain.retention import StreamId
+from relay.domain.schedule import Envelope
 from relay.domain.stats import StatsSnapshot, zeroed
 
 
@@ -559,3 +562,70 @@ class InMemoryStatsStore:
     async def reset(self, at: float) -> None:
         self.persisted = zeroed(self.persisted)
         self.writes.append(("reset", self.persisted))
+
+
+# --- schedules --------------------------------------------------------------------------
+class InMemoryOccurrencePublisher:
+    """``OccurrencePublisher`` over an :class:`InMemoryEventStream`: ``keys`` maps a
+    dedup key to ``(entry id, expiry)``; ``fail_next`` makes that many publishes
+    raise as an outage would (nothing written); ``calls`` counts every attempt."""
+
+    def __init__(self, stream: InMemoryEventStream, clock: FakeClock) -> None:
+        self._stream = stream
+        self._clock = clock
+        self.keys: dict[str, tuple[str, float]] = {}
+        self.fail_next = 0
+        self.calls = 0
+
+    async def publish(self, occurrence: Envelope) -> str | None:
+        self.calls += 1
+        await anyio.lowlevel.checkpoint()
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise DependencyUnavailable("redis schedule publish failed: connection refused")
+        key = schedule.dedup_key(occurrence.occurrence_id)
+        now = self._clock.now()
+        held = self.keys.get(key)
+        if held is not None and held[1] > now:
+            return None
+        entry_id = self._stream.add(schedule.encode(occurrence))
+        self.keys[key] = (entry_id, now + schedule.DEDUP_TTL_S)
+        return entry_id
+
+
+class InMemoryOccurrenceHistory:
+    """``OccurrenceHistory`` over the in-memory stream's pending list and ledger."""
+
+    def __init__(self, stream: InMemoryEventStream, ledger: InMemoryLedger) -> None:
+        self._stream = stream
+        self._ledger = ledger
+        self.fail_next = 0
+
+    async def unfinished_before(self, prefix: str, message_id: str) -> bool:
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise DependencyUnavailable("redis XPENDING failed: connection refused")
+        mine = StreamId.parse(message_id)
+        for entry_id in self._stream.pending:
+            if StreamId.parse(entry_id) >= mine:
+                continue
+            stamp = self._ledger.hashes.get(entry_id, {}).get(ledger_rules.CLASS_FIELD)
+            if stamp is not None:
+                if (ledger_rules.parse_class_stamp(stamp)[0] or "").startswith(prefix):
+                    return True
+                continue
+            payload = self._stream.entries.get(entry_id)
+            if payload is not None and _is_occurrence_of(payload, prefix):
+                return True
+        return False
+
+
+def _is_occurrence_of(payload: bytes, prefix: str) -> bool:
+    try:
+        event = msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return False
+    if not isinstance(event, dict) or not schedule.is_occurrence(event):
+        return False
+    parsed = schedule.parse_occurrence(event)
+    return isinstance(parsed, Envelope) and parsed.occurrence_id.startswith(prefix)

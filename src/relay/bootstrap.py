@@ -41,6 +41,7 @@ from relay.adapters.redis.connection import connect_redis
 from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
 from relay.adapters.redis.ledger import RedisInvocationLedger
 from relay.adapters.redis.retention import RetentionTrimmer
+from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurrencePublisher
 from relay.adapters.redis.stream import RedisEventStream
 from relay.adapters.sqlite.db import open_db
 from relay.adapters.sqlite.state_view import SqliteStateView
@@ -60,12 +61,14 @@ from relay.application.ports import (
     FunctionSource,
     ImageBuilder,
     InvocationLedger,
+    OccurrenceHistory,
     SecretStore,
     TokenSource,
 )
 from relay.application.reconcile import Reconciler
 from relay.application.registry import FunctionRegistry
 from relay.application.replay import DeadLetterReplayer, DeadLetterSource
+from relay.application.scheduler import Scheduler
 from relay.application.shutdown import COMPLETE, GracefulStop
 from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
@@ -119,6 +122,7 @@ def compose(
     stats: StatsResetter,
     max_event_bytes: int,
     slot_wait_s: float = 10.0,
+    history: OccurrenceHistory | None = None,
 ) -> Composition:
     """Register exactly one handler per command on ``bus``.
 
@@ -150,6 +154,7 @@ def compose(
             max_event_bytes=max_event_bytes,
             slot_wait_s=slot_wait_s,
             notify=bus.notify,
+            history=history,
         ),
     )
     subscribe_delivery_log(bus)
@@ -289,6 +294,7 @@ async def build_worker(
             dead_letters=RedisDeadLetterReader(redis, settings.redis.stream),
             stats=stats,
             max_event_bytes=settings.max_event_bytes,
+            history=RedisOccurrenceHistory(redis, settings.redis.stream, settings.redis.group),
         )
         subscribe(bus, metrics)
         metrics.watch_pools(lambda: _pool_snapshots(runtime))
@@ -367,12 +373,19 @@ def _add_loops(
     worker.composition.health.watch("redis", lambda: consumer.health.healthy)
     worker.composition.health.watch("redis recovery", lambda: recovery.health.healthy)
     control = ControlServer(lock, bus.send)
+    scheduler = Scheduler(
+        registry=worker.registry,
+        publisher=RedisOccurrencePublisher(redis, settings.redis.stream),
+        clock=clock,
+        notify=bus.notify,
+    )
     worker.loops += [
         ("control", control.serve),
         ("stats", stats.run),
         ("watcher", FunctionsWatcher(functions_dir, on_change, on_full_pass).run),
         ("consumer", consumer.run),
         ("recovery", recovery.run),
+        ("scheduler", scheduler.run),
         (
             "backlog",
             _bind(

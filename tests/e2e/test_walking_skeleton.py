@@ -140,7 +140,8 @@ def test_shutdown_is_clean_and_leaves_no_container(
 def test_help_lists_the_whole_command_tree() -> None:
     result = run_relay(["--help"])
     assert result.returncode == 0
-    for command in ("start", "health", "stats", "function", "dlq", "secret", "git", "trace"):
+    commands = ("start", "health", "stats", "function", "dlq", "secret", "git", "schedule", "trace")
+    for command in commands:
         assert re.search(rf"^\W*{command}\b", result.stdout, re.MULTILINE), command
     function_help = run_relay(["function", "--help"]).stdout
     for sub in ("ls", "inspect", "invoke", "validate", "match"):

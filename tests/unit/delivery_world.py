@@ -21,6 +21,8 @@ from tests.fakes import (
     InMemoryDeadLetterQueue,
     InMemoryEventStream,
     InMemoryLedger,
+    InMemoryOccurrenceHistory,
+    InMemoryOccurrencePublisher,
     InMemorySecretStore,
     SequentialTokens,
 )
@@ -44,6 +46,8 @@ DELIVERY_EVENTS: tuple[type[DomainEvent], ...] = (
     ev.EventMalformed,
     ev.LedgerUnavailable,
     ev.InvocationCrashed,
+    ev.OccurrenceObsolete,
+    ev.OccurrenceSkipped,
 )
 
 
@@ -64,6 +68,8 @@ class World:
         self.runtime = InMemoryContainerRuntime(self.clock)
         self.slots = Slots(8, wait_s=slot_wait_s)
         self.secrets = InMemorySecretStore()
+        self.history = InMemoryOccurrenceHistory(self.stream, self.ledger)
+        self.publisher = InMemoryOccurrencePublisher(self.stream, self.clock)
         self.bus = MessageBus({})
         self.dispatcher = MessageDispatcher(
             stream=self.stream,
@@ -77,6 +83,7 @@ class World:
             max_event_bytes=max_event_bytes,
             slot_wait_s=slot_wait_s,
             notify=self.bus.notify,
+            history=self.history,
         )
         self.bus.register(DispatchMessage, self.dispatcher)
         subscribe_delivery_log(self.bus)

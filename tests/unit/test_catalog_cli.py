@@ -179,8 +179,11 @@ def test_inspect_matches_the_spec_example(tmp_path: Path) -> None:
         "  events.deleted.handler  timeout=6s",
         "Schedules:",
         '  jobs.cleanup.handler  cron="0 3 * * *" (At 03:00) timezone=UTC',
+        "                        next: 2026-09-10T03:00:00Z (2026-09-10T03:00:00+00:00 UTC)",
         '  jobs.report.handler   cron="0 8 * * 1-5" (At 08:00, Monday through Friday)'
         " timezone=Europe/Rome timeout=20s",
+        "                        next: 2026-09-10T06:00:00Z"
+        " (2026-09-10T08:00:00+02:00 Europe/Rome)",
         "Stats:",
         "  Events matched:     12493",
         "  Handler successes:  12470",
@@ -319,3 +322,23 @@ def test_ls_and_inspect_read_the_database_file(env: dict[str, str]) -> None:
     assert "  Events matched:     5" in shown.stdout.splitlines()
     assert "  Cold starts:    1" in shown.stdout.splitlines()
     assert "  Capacity:       unknown" in shown.stdout.splitlines()
+
+
+def test_inspect_shows_catchup_overlap_and_skips_a_next_line_it_cannot_compute() -> None:
+    data = {
+        "name": "jobs",
+        "status": "ready",
+        "schedules": [
+            {"handler": "a.b", "cron": "*/5 * * * * *", "timezone": "Europe/Rome",
+             "catchup": "2h", "overlap": "skip", "timeout": "6s", "retries": 4},
+            {"handler": "a.c", "cron": "0 3 * * *", "timezone": "Not/AZone"},
+        ],
+    }
+    lines = render_inspect(data, {}, None, NOW)
+    assert (
+        '  a.b  cron="*/5 * * * * *" (Every 5 seconds) timezone=Europe/Rome catchup=2h '
+        "overlap=skip"
+    ) in lines
+    assert "       next: 2026-09-10T00:26:45Z (2026-09-10T02:26:45+02:00 Europe/Rome)" in lines
+    at = lines.index('  a.c  cron="0 3 * * *" (At 03:00) timezone=Not/AZone')
+    assert not lines[at + 1].strip().startswith("next:")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
 import pytest
 
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.application.replay import DeadLetterReplayer, NotReplayable, ReplayFailed
+from relay.domain import schedule
 from relay.domain.commands import ReplayDeadLetter
 from relay.domain.errors import RelayError
 from relay.domain.execution import InvocationResult
@@ -133,6 +135,18 @@ async def test_a_schedule_handler_is_replayable() -> None:
     bus, runtime, dlq = setup({"5-0": entry(handler="jobs.nightly.handler")})
     await bus.send(ReplayDeadLetter(entry_id="5-0"))
     assert [r.handler for r in runtime.requests] == ["jobs.nightly.handler"]
+    assert dlq.entries == {}
+
+
+async def test_an_occurrence_replays_with_the_payload_its_run_received() -> None:
+    envelope = schedule.encode(schedule.envelope("users", "jobs.nightly.handler", 1_780_282_800))
+    stored = msgspec.structs.replace(
+        entry(handler="jobs.nightly.handler"), event=envelope.decode()
+    )
+    bus, runtime, dlq = setup({"5-0": stored})
+    await bus.send(ReplayDeadLetter(entry_id="5-0"))
+    [request] = runtime.requests
+    assert request.event == b'{"source":"relay.schedule","scheduled_at":"2026-06-01T03:00:00Z"}'
     assert dlq.entries == {}
 
 

@@ -110,6 +110,8 @@ async def test_prepared_writes_a_ready_row_with_the_whole_snapshot(view: SqliteS
             "timezone": "Europe/Rome",
             "timeout": "20s",
             "retries": 4,
+            "catchup": "0",
+            "overlap": "allow",
         }
     ]
     assert row["services"] == [{"entrypoint": "service.js", "port": 3000, "replicas": 2}]

@@ -128,7 +128,62 @@ def _dlq_failed(e: ev.DeadLetterWriteFailed) -> None:
     _log.error("dead_letter_write_failed", message_id=e.message_id, error=e.error)
 
 
+def _published(e: ev.OccurrencePublished) -> None:
+    _log.info(
+        "occurrence_published",
+        function=e.function,
+        handler=e.handler,
+        occurrence_id=e.occurrence_id,
+        entry_id=e.entry_id,
+        caught_up=e.caught_up,
+    )
+
+
+def _publish_failed(e: ev.OccurrencePublishFailed) -> None:
+    # one warning per outage; the rest at debug (schedule_publish_failures_total counts all)
+    line = _log.warning if e.first else _log.debug
+    line(
+        "occurrence_publish_failed",
+        function=e.function,
+        handler=e.handler,
+        occurrence_id=e.occurrence_id,
+        attempts=e.attempts,
+        error=e.error,
+    )
+
+
+def _publish_recovered(e: ev.OccurrencePublishRecovered) -> None:
+    _log.info("occurrence_publish_recovered", failed=e.failed)
+
+
+def _obsolete(e: ev.OccurrenceObsolete) -> None:
+    _log.info(
+        "occurrence_obsolete",
+        function=e.function,
+        handler=e.handler,
+        message_id=e.message_id,
+        occurrence_id=e.occurrence_id,
+    )
+
+
+def _skipped(e: ev.OccurrenceSkipped) -> None:
+    # Without this line an operator would see a schedule that silently did not run.
+    _log.warning(
+        "occurrence_skipped",
+        function=e.function,
+        handler=e.handler,
+        message_id=e.message_id,
+        occurrence_id=e.occurrence_id,
+        reason="an earlier occurrence is still running (overlap: skip)",
+    )
+
+
 LINES: dict[type[DomainEvent], Callable[[Any], None]] = {
+    ev.OccurrencePublished: _published,
+    ev.OccurrencePublishFailed: _publish_failed,
+    ev.OccurrencePublishRecovered: _publish_recovered,
+    ev.OccurrenceObsolete: _obsolete,
+    ev.OccurrenceSkipped: _skipped,
     ev.InvocationStarted: _started,
     ev.InvocationSucceeded: _succeeded,
     ev.InvocationFailed: _failed,

@@ -44,17 +44,25 @@ from relay.application.dispatch_events import (
 )
 from relay.application.environment import resolve_environment
 from relay.application.log_context import log_context
+from relay.application.occurrence_plan import (
+    OccurrenceGone,
+    OccurrenceRun,
+    OccurrenceWait,
+    plan_occurrence,
+)
 from relay.application.ports import (
     CatalogSource,
     Clock,
     EventStream,
     InvocationLedger,
     Invoker,
+    OccurrenceHistory,
     SecretStore,
     SlotPool,
     TokenSource,
 )
 from relay.application.registry import Catalog
+from relay.domain import schedule
 from relay.domain.commands import DispatchMessage
 from relay.domain.errors import DependencyUnavailable, RelayError
 from relay.domain.events import (
@@ -70,6 +78,8 @@ from relay.domain.events import (
     LeaseRenewed,
     LedgerUnavailable,
     MessageKeptPending,
+    OccurrenceObsolete,
+    OccurrenceSkipped,
 )
 from relay.domain.execution import (
     InvocationRequest,
@@ -110,7 +120,8 @@ from relay.domain.outcome import (
     split_field,
     unique_in_order,
 )
-from relay.domain.template import EventRule, Template
+from relay.domain.schedule import Envelope, InvalidOccurrence
+from relay.domain.template import HandlerRule, Template
 
 Notify = Callable[[DomainEvent], None]
 
@@ -135,7 +146,7 @@ class MessageReport(msgspec.Struct, frozen=True, kw_only=True):
 class _Planned(msgspec.Struct, frozen=True):
     field: str
     function: str
-    rule: EventRule
+    rule: HandlerRule  # an event rule, or the schedule of an occurrence
     template: Template
     ready: bool
 
@@ -147,6 +158,13 @@ class _Plan(msgspec.Struct, frozen=True, kw_only=True):
     functions: tuple[str, ...]  # matched now, for the classification
     released: tuple[str, ...] = ()
     waiting: bool = False  # a recorded invocation's function is unavailable
+    # A schedule occurrence (matching bypassed): what its handler reads, whether
+    # it must not overlap an earlier one, and how it ended when nothing runs
+    # (``obsolete``, ``skipped``).
+    occurrence: Envelope | None = None
+    handler_input: bytes | None = None
+    skip_overlap: bool = False
+    ended: str = ""
 
     @property
     def blocked(self) -> bool:
@@ -184,7 +202,9 @@ class MessageDispatcher:
         slot_wait_s: float = 10.0,
         notify: Notify = _discard,
         lease_grace_ms: int = LEASE_GRACE_MS,
+        history: OccurrenceHistory | None = None,
     ) -> None:
+        """``history`` answers ``overlap: skip``; without one, occurrences overlap."""
         self._stream = stream
         self._ledger = ledger
         self._registry = registry
@@ -197,6 +217,7 @@ class MessageDispatcher:
         self._grace_ms = lease_grace_ms
         self._pad_ms = int(slot_wait_s * 1000) + lease_grace_ms
         self._notify = notify
+        self._history = history
 
     async def __call__(self, command: DispatchMessage) -> Outcome[MessageReport]:
         message = command.message
@@ -211,6 +232,11 @@ class MessageDispatcher:
             planned = self._plan(message.payload)
             if isinstance(planned, Malformed):
                 return Outcome(await self._dead_letter_malformed(ctx, planned))
+            if planned.skip_overlap and message.reclaimed:
+                # Skipping is decided on the first delivery only: a redelivered
+                # occurrence may hold a claim or a retry of its own, which a skip
+                # would acknowledge away.
+                planned = msgspec.structs.replace(planned, skip_overlap=False)
             return Outcome(await self._deliver(ctx, message.payload or b"", planned))
 
     def _publish(self, events: list[DomainEvent] | tuple[DomainEvent, ...]) -> None:
@@ -227,6 +253,8 @@ class MessageDispatcher:
             decoded = inspect_payload(payload, self._max_event_bytes)
             if isinstance(decoded, Malformed):
                 return decoded
+            if schedule.is_occurrence(decoded):
+                return _plan_occurrence(decoded, catalog, payload or b"")
             matches = catalog.index.match(decoded, self._clock.now())
         except Exception as exc:  # noqa: BLE001 - whatever breaks classification dead-letters it
             return classify_failure(exc, payload or b"")
@@ -256,7 +284,8 @@ class MessageDispatcher:
         waiting = False
         for field in unplanned:
             function, handler = split_field(field)
-            rule = catalog.rule(function, handler)
+            # an occurrence runs its schedule only: nothing else it recorded is rerun
+            rule = None if plan.occurrence else catalog.rule(function, handler)
             fn = catalog.functions.get(function)
             if rule is not None and fn is not None:
                 extra.append(_Planned(field, function, rule, fn.template, fn.ready))
@@ -266,9 +295,9 @@ class MessageDispatcher:
                 waiting = True  # still building: its rules are not known to be gone
             else:
                 released.append(field)
-        return _Plan(
+        return msgspec.structs.replace(
+            plan,
             invocations=plan.invocations + tuple(extra),
-            functions=plan.functions,
             released=tuple(released),
             waiting=waiting or plan.waiting,
         )
@@ -286,9 +315,13 @@ class MessageDispatcher:
                     ClaimRequest(field=p.field, max_attempts=max_attempts, lease_ms=lease)
                 )
         functions = plan.functions
+        if plan.occurrence is not None:
+            classification = plan.occurrence.occurrence_id  # never an event's class
+        else:
+            classification = "matched:" + ",".join(functions) if functions else "unmatched"
         return BeginRequest(
             context=ctx,
-            classification="matched:" + ",".join(functions) if functions else "unmatched",
+            classification=classification,
             token=token,
             claims=tuple(claims),
             gates=plan.gates,
@@ -306,7 +339,7 @@ class MessageDispatcher:
         except DependencyUnavailable as exc:
             self._notify(LedgerUnavailable(message_id=ctx.message_id, call="begin", error=str(exc)))
             return None
-        if started.newly_classified:
+        if started.newly_classified and plan.occurrence is None:
             self._notify(
                 EventClassified(
                     message_id=ctx.message_id,
@@ -332,6 +365,10 @@ class MessageDispatcher:
         return plan, request, started
 
     async def _deliver(self, ctx: MessageContext, payload: bytes, plan: _Plan) -> MessageReport:
+        if plan.skip_overlap:
+            plan = await self._overlap(ctx, plan)
+        if plan.handler_input is not None:
+            payload = plan.handler_input
         token = self._tokens.token()
         begun = self._clock.monotonic()
         claimed = await self._claim(ctx, plan, token)
@@ -344,6 +381,9 @@ class MessageDispatcher:
             settlement = started.settlement
             waiting = pending_reason(started.statuses, plan.blocked, waiting=plan.waiting)
             outcome = outcome_name(settlement, bool(plan.invocations), waiting)
+            if plan.ended and settlement.acknowledged and not settlement.dead_lettered:
+                outcome = plan.ended
+                self._notify(_ended(ctx, plan))
             self._publish(settlement_events(ctx.message_id, settlement, outcome=outcome))
             return self._report(ctx, settlement.acknowledged, outcome)
         leases = {c.field: c.lease_ms for c in request.claims}
@@ -351,6 +391,25 @@ class MessageDispatcher:
             ctx, payload, token=token, leases=_Leases(begun, leases), claimed=to_run, plan=plan
         )
         return await self._settle(ctx, token, plan, started.statuses, runs)
+
+    async def _overlap(self, ctx: MessageContext, plan: _Plan) -> _Plan:
+        """``overlap: skip``: nothing runs while an earlier occurrence of the same
+        schedule is not terminal. A broker that cannot tell fails open (it runs:
+        at-least-once first)."""
+        occurrence = plan.occurrence
+        if occurrence is None or self._history is None:
+            return plan
+        prefix = schedule.schedule_prefix(occurrence.function, occurrence.handler)
+        try:
+            busy = await self._history.unfinished_before(prefix, ctx.message_id)
+        except DependencyUnavailable as exc:
+            self._notify(
+                LedgerUnavailable(message_id=ctx.message_id, call="overlap", error=str(exc))
+            )
+            return plan
+        if not busy:
+            return plan
+        return _Plan(invocations=(), functions=(), occurrence=occurrence, ended="skipped")
 
     # --- 3. attempt ---------------------------------------------------------------
 
@@ -606,6 +665,41 @@ class _Lease:
                 attempt=status.attempt,
             )
         )
+
+
+def _plan_occurrence(event: dict[str, Any], catalog: Catalog, payload: bytes) -> _Plan | Malformed:
+    """An occurrence plans exactly its schedule's handler (see
+    :mod:`relay.application.occurrence_plan`)."""
+    match plan_occurrence(event, catalog):
+        case InvalidOccurrence(reason):
+            return Malformed(reason, payload.decode("utf-8", "replace"))
+        case OccurrenceWait(occurrence):
+            return _Plan(invocations=(), functions=(), occurrence=occurrence, waiting=True)
+        case OccurrenceGone(occurrence):
+            return _Plan(invocations=(), functions=(), occurrence=occurrence, ended="obsolete")
+        case OccurrenceRun(occurrence, fn, rule):
+            planned = _Planned(occurrence.field, fn.name, rule, fn.template, fn.ready)
+            return _Plan(
+                invocations=(planned,),
+                functions=(),
+                occurrence=occurrence,
+                handler_input=schedule.handler_payload(occurrence),
+                skip_overlap=rule.overlap == "skip",
+            )
+    raise AssertionError(event)
+
+
+def _ended(ctx: MessageContext, plan: _Plan) -> DomainEvent:
+    """An occurrence acknowledged without a run: obsolete, or skipped (overlap)."""
+    occurrence = plan.occurrence
+    assert occurrence is not None
+    kind = OccurrenceSkipped if plan.ended == "skipped" else OccurrenceObsolete
+    return kind(
+        function=occurrence.function,
+        handler=occurrence.handler,
+        message_id=ctx.message_id,
+        occurrence_id=occurrence.occurrence_id,
+    )
 
 
 def _fenced(ctx: MessageContext, planned: _Planned, attempt: int) -> InvocationFenced:

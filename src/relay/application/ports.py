@@ -25,6 +25,7 @@ from relay.domain.outcome import (
     Settlement,
     StreamMessage,
 )
+from relay.domain.schedule import Envelope
 from relay.domain.stats import StatsSnapshot
 from relay.domain.template import Template
 
@@ -293,3 +294,31 @@ class Invoker(Protocol):
     async def invoke(
         self, request: InvocationRequest, *, guard: StartGuard | None = None
     ) -> InvocationResult: ...
+
+
+# --- schedules ----------------------------------------------------------------------
+class OccurrencePublisher(Protocol):
+    """Publish-if-new of schedule occurrences into the event stream.
+
+    Implemented by ``relay.adapters.redis.schedules.RedisOccurrencePublisher``.
+    """
+
+    async def publish(self, occurrence: Envelope) -> str | None:
+        """In one atomic step: unless the occurrence's dedup key exists, set it
+        (7-day TTL) and append the entry whose one field ``event`` is the encoded
+        envelope. The new entry's id, or ``None`` when it was published already.
+        Raises ``DependencyUnavailable``; then neither the key nor the entry exists."""
+        ...
+
+
+class OccurrenceHistory(Protocol):
+    """What the overlap policy asks the broker (``overlap: skip``).
+
+    Implemented by ``relay.adapters.redis.schedules.RedisOccurrenceHistory``.
+    """
+
+    async def unfinished_before(self, prefix: str, message_id: str) -> bool:
+        """Whether an entry older than ``message_id`` is still pending in the group
+        (not terminal) and is an occurrence whose id starts with ``prefix``.
+        Raises ``DependencyUnavailable``."""
+        ...

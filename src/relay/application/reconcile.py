@@ -90,6 +90,8 @@ def summarize(template: Template) -> FunctionSummary:
                 timezone=s.timezone,
                 timeout_ns=s.timeout_ns,
                 retries=s.retries,
+                catchup_ns=s.catchup_ns,
+                overlap=s.overlap,
             )
             for s in template.schedules
         ),

@@ -1,7 +1,8 @@
 """The ReplayDeadLetter use case: ``relay dlq replay <id>`` on the live worker.
 
 Re-runs exactly the handler a dead-letter entry records (``function``/``handler``),
-with the entry's original event, through the same runtime path as a stream event
+with the entry's original event (for a schedule occurrence, the payload its run
+received), through the same runtime path as a stream event
 (concurrency slots, capped timeout, env and secrets, the warm pool). The entry is
 deleted only after the handler succeeded; on any failure it stays. Like
 ``relay function invoke`` this is an operator action outside the delivery
@@ -24,6 +25,7 @@ from relay.application.invoke import (
     serving_function,
 )
 from relay.application.ports import CatalogSource, Invoker, SecretStore, SlotPool
+from relay.domain import schedule
 from relay.domain.commands import ReplayDeadLetter
 from relay.domain.errors import RelayError
 from relay.domain.events import HandlerInvoked
@@ -112,7 +114,7 @@ class DeadLetterReplayer:
             request=InvocationRequest(
                 function=entry.function,
                 handler=entry.handler,
-                event=entry.event.encode(),
+                event=_handler_input(entry),
                 env={},
                 timeout_ns=timeout_ns,
                 context=REPLAY_CONTEXT,
@@ -153,9 +155,32 @@ class DeadLetterReplayer:
         except FunctionUnavailable as exc:
             raise NotReplayable(str(exc)) from None
         rules: tuple[EventRule | ScheduleRule, ...] = (*template.events, *template.schedules)
+        if _occurrence(entry) is not None:  # its schedule, even if an event rule shares the name
+            rules = template.schedules
         for rule in rules:
             if rule.handler == entry.handler:
                 return template, clamp_timeout_ns(rule.timeout_ns)
         raise NotReplayable(
             f'function "{entry.function}" has no handler "{entry.handler}" any more'
         )
+
+
+def _occurrence(entry: DeadLetterEntry) -> schedule.Envelope | None:
+    """The envelope of an entry a schedule occurrence left (for its own handler)."""
+    try:
+        event = msgspec.json.decode(entry.event)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(event, dict) or not schedule.is_occurrence(event):
+        return None
+    parsed = schedule.parse_occurrence(event)
+    if not isinstance(parsed, schedule.Envelope):
+        return None
+    return parsed if (parsed.function, parsed.handler) == (entry.function, entry.handler) else None
+
+
+def _handler_input(entry: DeadLetterEntry) -> bytes:
+    """What the handler reads: the original event, or for an occurrence exactly the
+    payload its scheduled run received."""
+    occurrence = _occurrence(entry)
+    return entry.event.encode() if occurrence is None else schedule.handler_payload(occurrence)

@@ -52,6 +52,8 @@ class ScheduleSummary(msgspec.Struct, frozen=True, kw_only=True):
     timezone: str
     timeout_ns: int
     retries: int
+    catchup_ns: int = 0
+    overlap: str = "allow"
 
 
 class ServiceSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -331,3 +333,65 @@ class GitWebhookDelivered(DomainEvent, frozen=True, kw_only=True):
     ``relay.domain.git.DELIVERY_OUTCOMES``. Feeds ``git_webhook_deliveries_total``."""
 
     outcome: str
+
+
+# --- schedules: publication (scheduler loop) and delivery of occurrences ------------
+class OccurrencePublished(DomainEvent, frozen=True, kw_only=True):
+    """This worker's publish-if-new wrote the occurrence's stream entry
+    (``schedule_occurrences_published_total``; ``caught_up`` also feeds
+    ``schedule_occurrences_caught_up_total``: it was missed and published at start)."""
+
+    function: str
+    handler: str
+    occurrence_id: str
+    entry_id: str
+    caught_up: bool = False
+
+
+class OccurrenceDuplicate(DomainEvent, frozen=True, kw_only=True):
+    """Another worker had published the occurrence already: a clean no-op
+    (``schedule_occurrences_duplicate_total``)."""
+
+    function: str
+    handler: str
+    occurrence_id: str
+
+
+class OccurrencePublishFailed(DomainEvent, frozen=True, kw_only=True):
+    """Every bounded attempt to publish failed (``schedule_publish_failures_total``);
+    this worker's tick is lost, the other workers still publish it. ``first`` is
+    true for the first failure after a success (an outage logs one warning, not
+    one per schedule per second)."""
+
+    function: str
+    handler: str
+    occurrence_id: str
+    attempts: int
+    error: str
+    first: bool = True
+
+
+class OccurrencePublishRecovered(DomainEvent, frozen=True, kw_only=True):
+    """A publish succeeded again after ``failed`` failed ones."""
+
+    failed: int
+
+
+class OccurrenceObsolete(DomainEvent, frozen=True, kw_only=True):
+    """A delivered occurrence whose function or schedule was removed: acknowledged
+    without a run or a DLQ entry (``schedule_occurrences_obsolete_total``)."""
+
+    function: str
+    handler: str
+    message_id: str
+    occurrence_id: str
+
+
+class OccurrenceSkipped(DomainEvent, frozen=True, kw_only=True):
+    """``overlap: skip``: an earlier occurrence of the schedule was not terminal, so
+    this one was acknowledged without a run (``schedule_occurrences_skipped_total``)."""
+
+    function: str
+    handler: str
+    message_id: str
+    occurrence_id: str

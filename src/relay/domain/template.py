@@ -15,7 +15,7 @@ import msgspec
 
 from relay.domain import template_rules as rules
 from relay.domain import template_services
-from relay.domain.durations import MINUTE, SECOND
+from relay.domain.durations import HOUR, MINUTE, SECOND
 from relay.domain.errors import TemplateError
 from relay.domain.patterns import CompiledPattern
 
@@ -29,6 +29,8 @@ SUPPORTED_RUNTIMES = ("python3.14", "node24")
 TOP_LEVEL_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secrets", "services")
 
 ServiceKind = Literal["entrypoint", "build", "image"]
+Overlap = Literal["allow", "skip"]
+MAX_CATCHUP_NS = 24 * HOUR
 
 
 class HandlerRule(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,6 +61,8 @@ class ScheduleRule(HandlerRule, frozen=True, kw_only=True):
 
     cron: str
     timezone: str = "UTC"
+    catchup_ns: int = 0  # 0 = off: missed occurrences are not published at start
+    overlap: Overlap = "allow"
 
     @property
     def has_seconds(self) -> bool:
@@ -200,7 +204,7 @@ def _limits(
 def _schedules(raw: object, runtime: str | None, problems: list[str]) -> tuple[ScheduleRule, ...]:
     out: list[ScheduleRule] = []
     seen: dict[str, int] = {}
-    keys = ("handler", "cron", "timezone", "timeout", "retries")
+    keys = ("handler", "cron", "timezone", "timeout", "retries", "catchup", "overlap")
     for i, item in rules.entries(raw, "schedules", problems):
         where = f"schedules[{i}]"
         rules.check_keys(item, keys, where, problems)
@@ -208,13 +212,20 @@ def _schedules(raw: object, runtime: str | None, problems: list[str]) -> tuple[S
         cron = rules.cron(item.get("cron", rules.MISSING), f"{where}.cron", problems)
         zone = rules.timezone(item.get("timezone", rules.MISSING), f"{where}.timezone", problems)
         timeout, retries = _limits(item, where, problems)
+        catchup = rules.catchup(item.get("catchup", rules.MISSING), f"{where}.catchup",
+                                MAX_CATCHUP_NS, problems)
+        overlap = rules.overlap(item.get("overlap", rules.MISSING), f"{where}.overlap", problems)
         if handler is not None:
             rules.unique(handler, i, seen, f"{where}.handler", "schedules", problems)
-        if handler is None or cron is None or zone is None or timeout is None or retries is None:
+        if (
+            handler is None or cron is None or zone is None or timeout is None
+            or retries is None or catchup is None or overlap is None
+        ):  # fmt: skip
             continue
         out.append(
             ScheduleRule(
-                handler=handler, cron=cron, timezone=zone, timeout_ns=timeout, retries=retries
+                handler=handler, cron=cron, timezone=zone, timeout_ns=timeout, retries=retries,
+                catchup_ns=catchup, overlap=overlap,
             )
         )
     return tuple(out)

@@ -12,7 +12,7 @@ import keyword
 import re
 from collections.abc import Hashable, Iterator, Mapping
 from datetime import date
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
@@ -286,6 +286,23 @@ def timezone(value: object, where: str, problems: list[str]) -> str | None:
         problems.append(f"{where}: {show(value)} is not a known IANA timezone (e.g. Europe/Rome)")
         return None
     return value
+
+
+def catchup(value: object, where: str, maximum: int, problems: list[str]) -> int | None:
+    """A Go duration, ``0`` (the default) meaning off, at most ``maximum``."""
+    if value is MISSING or value in ("0", 0):
+        return 0
+    return timeout(value, where, maximum, 0, problems)
+
+
+def overlap(value: object, where: str, problems: list[str]) -> Literal["allow", "skip"] | None:
+    """``allow`` (the default) or ``skip``."""
+    if value is MISSING or value == "allow":
+        return "allow"
+    if value == "skip":
+        return "skip"
+    problems.append(f"{where}: must be allow or skip (got {kind_of(value)})")
+    return None
 
 
 def env_and_secrets(

@@ -109,3 +109,31 @@ async def test_instrumented_builder_times_builds_and_counts_failures(tmp_path: P
     reg = m.registry
     assert reg.get_sample_value("function_build_seconds_count", {"function": "fn"}) == 1
     assert reg.get_sample_value("build_failures_total", {"function": "fn"}) == 1
+
+
+async def test_schedule_events_feed_their_counters_and_no_event_counter() -> None:
+    bus, m = wired()
+    occ = "schedule:fn:jobs.a:2026-06-01T03:00:00Z"
+    await bus.publish([
+        ev.OccurrencePublished(function="fn", handler="jobs.a", occurrence_id=occ, entry_id="1-0"),
+        ev.OccurrencePublished(function="fn", handler="jobs.a", occurrence_id=occ, entry_id="2-0",
+                               caught_up=True),
+        ev.OccurrenceDuplicate(function="fn", handler="jobs.a", occurrence_id=occ),
+        ev.OccurrencePublishFailed(function="fn", handler="jobs.a", occurrence_id=occ,
+                                   attempts=3, error="down"),
+        ev.OccurrenceObsolete(function="fn", handler="jobs.a", message_id="1-0",
+                              occurrence_id=occ),
+        ev.OccurrenceSkipped(function="fn", handler="jobs.b", message_id="2-0",
+                             occurrence_id=occ),
+    ])
+    reg = m.registry
+    assert reg.get_sample_value("schedule_occurrences_published_total") == 2
+    assert reg.get_sample_value("schedule_occurrences_duplicate_total") == 1
+    assert reg.get_sample_value("schedule_publish_failures_total") == 1
+    labels = {"function": "fn", "handler": "jobs.a"}
+    assert reg.get_sample_value("schedule_occurrences_caught_up_total", labels) == 1
+    assert reg.get_sample_value("schedule_occurrences_obsolete_total", labels) == 1
+    assert reg.get_sample_value(
+        "schedule_occurrences_skipped_total", {"function": "fn", "handler": "jobs.b"}
+    ) == 1
+    assert m.snapshot().total("events_received") == 0

@@ -90,6 +90,18 @@ class Metrics:
         self.schedule_failures = Counter(
             "schedule_publish_failures", "Occurrence publishes that failed.", registry=r
         )
+        self.schedule_obsolete = Counter(
+            "schedule_occurrences_obsolete", "Occurrences acknowledged unrun: schedule removed.",
+            ["function", "handler"], registry=r,
+        )
+        self.schedule_skipped = Counter(
+            "schedule_occurrences_skipped", "Occurrences acknowledged unrun: overlap: skip.",
+            ["function", "handler"], registry=r,
+        )
+        self.schedule_caught_up = Counter(
+            "schedule_occurrences_caught_up", "Missed occurrences published at start (catchup).",
+            ["function", "handler"], registry=r,
+        )
         self.acquires = CounterSeries(
             "runtime_container_acquires", "Container leases: warm (reused) or cold (started).",
             ["function", "outcome"], registry=r,

@@ -65,6 +65,7 @@ def subscribe(bus: MessageBus, metrics: Metrics) -> None:
     def git_delivered(e: ev.GitWebhookDelivered) -> None:
         m.git_webhook_deliveries.labels(outcome=e.outcome).inc()
 
+    _subscribe_schedules(bus, m)
     bus.subscribe(ev.GitSyncFinished, git_synced)
     bus.subscribe(ev.GitWebhookDelivered, git_delivered)
     bus.subscribe(ev.EventClassified, classified)
@@ -78,6 +79,27 @@ def subscribe(bus: MessageBus, metrics: Metrics) -> None:
     bus.subscribe(ev.ContainerAcquired, acquired)
     bus.subscribe(ev.ContainerDiscarded, discarded)
     bus.subscribe(ev.ContainerWaited, waited)
+
+
+def _subscribe_schedules(bus: MessageBus, m: Metrics) -> None:
+    """Publication counters per worker; obsolete, skipped and caught-up ones per schedule."""
+
+    def published(e: ev.OccurrencePublished) -> None:
+        m.schedule_published.inc()
+        if e.caught_up:
+            m.schedule_caught_up.labels(function=e.function, handler=e.handler).inc()
+
+    bus.subscribe(ev.OccurrencePublished, published)
+    bus.subscribe(ev.OccurrenceDuplicate, lambda _e: m.schedule_duplicate.inc())
+    bus.subscribe(ev.OccurrencePublishFailed, lambda _e: m.schedule_failures.inc())
+    bus.subscribe(
+        ev.OccurrenceObsolete,
+        lambda e: m.schedule_obsolete.labels(function=e.function, handler=e.handler).inc(),
+    )
+    bus.subscribe(
+        ev.OccurrenceSkipped,
+        lambda e: m.schedule_skipped.labels(function=e.function, handler=e.handler).inc(),
+    )
 
 
 class InstrumentedImageBuilder:

@@ -57,6 +57,8 @@ def summary_fields(summary: FunctionSummary) -> dict[str, Any]:
                 "timezone": s.timezone,
                 "timeout": format_duration(s.timeout_ns),
                 "retries": s.retries,
+                "catchup": format_duration(s.catchup_ns) if s.catchup_ns else "0",
+                "overlap": s.overlap,
             }
             for s in summary.schedules
         ],

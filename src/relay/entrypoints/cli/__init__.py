@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from relay.entrypoints.cli import dlq, function, git, secret, stats, system
+from relay.entrypoints.cli import dlq, function, git, schedule, secret, stats, system
 
 app = typer.Typer(
     name="relay",
@@ -17,6 +17,7 @@ system.register(app)
 app.add_typer(stats.app, name="stats")
 app.add_typer(function.app, name="function")
 app.add_typer(dlq.app, name="dlq")
+app.add_typer(schedule.app, name="schedule")
 app.add_typer(secret.app, name="secret")
 app.add_typer(git.app, name="git")
 

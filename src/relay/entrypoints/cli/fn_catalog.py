@@ -19,7 +19,9 @@ import typer
 
 from relay.adapters.control.client import fetch_pool
 from relay.adapters.sqlite.db import StateDatabase, open_db_readonly, parse_rfc3339
-from relay.domain import cron_text
+from relay.domain import schedule
+from relay.domain.template import ScheduleRule
+from relay.entrypoints.cli import cron_text
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import load_paths
 
@@ -107,7 +109,7 @@ def render_inspect(
     """Every section of ``inspect``, in the spec's order."""
     lines = _header(row, now)
     lines += _events(row.get("handlers") or [])
-    lines += _schedules(row.get("schedules") or [], describe or cron_text.describe)
+    lines += _schedules(row.get("schedules") or [], describe or cron_text.describe, now)
     lines += _services(row.get("services") or [])
     lines.append("Stats:")
     counts = [(label, _count(stats, key)) for label, key in _STATS]
@@ -156,7 +158,7 @@ def _events(handlers: list[Mapping[str, Any]]) -> list[str]:
 
 
 def _schedules(
-    schedules: list[Mapping[str, Any]], describe: Callable[[str], str | None]
+    schedules: list[Mapping[str, Any]], describe: Callable[[str], str | None], now: float
 ) -> list[str]:
     if not schedules:
         return []
@@ -170,8 +172,25 @@ def _schedules(
         timeout = str(s.get("timeout") or "")
         if timeout and timeout != _DEFAULT_TIMEOUT:
             parts.append(f"timeout={timeout}")
+        parts += [f"{k}={s[k]}" for k, off in (("catchup", "0"), ("overlap", "allow"))
+                  if s.get(k) not in (None, off)]  # fmt: skip
         lines.append(f"  {s.get('handler', ''):<{width}}  {' '.join(parts)}{_retries(s)}")
+        upcoming = next_fire_text(cron, str(s.get("timezone") or "UTC"), now)
+        if upcoming:
+            lines.append(f"  {'':<{width}}  next: {upcoming}")
     return lines
+
+
+def next_fire_text(cron: str, zone: str, now: float) -> str | None:
+    """``2026-12-02T03:00:00Z (2026-12-02T04:00:00+01:00 Europe/Rome)``: the next
+    firing after ``now`` in UTC and on the schedule's wall clock; ``None`` when a
+    stored row cannot say (display only, never fails)."""
+    try:
+        rule = ScheduleRule(handler="-", cron=cron, timezone=zone)
+        at = schedule.next_firing(rule, int(now))
+        return f"{schedule.instant(at)} ({schedule.local_time(rule, at)} {zone})"
+    except Exception:  # noqa: BLE001 - display only: a row that cannot say shows no line
+        return None
 
 
 def _services(services: list[Mapping[str, Any]]) -> list[str]:

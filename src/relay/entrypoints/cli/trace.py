@@ -33,6 +33,7 @@ from relay.domain.invocation import (
 )
 from relay.domain.ledger_rules import parse_claim_stamp, parse_class_stamp
 from relay.domain.retention import StreamId
+from relay.domain.schedule import ID_PREFIX
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import RedisSettings, load_redis_settings
 
@@ -210,6 +211,11 @@ def verdict(facts: MessageFacts) -> str:  # noqa: PLR0911 - one answer per situa
     if "@dlq" in facts.ledger:
         return "malformed (not a JSON object event, or too large): dead-lettered without running"
     if facts.pending is None:
+        if facts.ledger and not markers and _occurrence(facts.ledger):
+            return (
+                "finished: acknowledged without a run (obsolete: its schedule was removed, or"
+                " skipped: overlap: skip; the worker's log says which)"
+            )
         if facts.ledger:
             return "finished: acknowledged (the ledger is kept for inspection until it expires)"
         if facts.body_bytes is None:
@@ -238,6 +244,10 @@ def _all_settled(ledger: Mapping[str, str], markers: list[Marker | None]) -> boo
     """Every matched function has an invocation and each one is completed or
     dead-lettered: what gates the XACK is done, only the XACK is missing."""
     matched = parse_class_stamp(ledger.get("@class"))[0] or ""
+    if markers and _occurrence(ledger):  # exactly its schedule's invocation gates it
+        return all(
+            isinstance(m, Ok) or (isinstance(m, Exhausted) and m.dead_lettered) for m in markers
+        )
     if not markers or not matched.startswith("matched:"):
         return False
     recorded = {name.split("/", 1)[0] for name in ledger if not name.startswith("@")}
@@ -269,7 +279,14 @@ def _classified(ledger: Mapping[str, str]) -> str:
         return "not yet"
     if value.startswith("matched:"):
         return "matched: " + ", ".join(value.removeprefix("matched:").split(","))
+    if value.startswith(ID_PREFIX):
+        return f"schedule occurrence {value} (matching bypassed)"
     return value
+
+
+def _occurrence(ledger: Mapping[str, str]) -> bool:
+    """A schedule occurrence's classification is its occurrence id."""
+    return (parse_class_stamp(ledger.get("@class"))[0] or "").startswith(ID_PREFIX)
 
 
 def _ledger(facts: MessageFacts) -> str:

@@ -1,0 +1,96 @@
+"""``relay schedule ls``: every schedule of every function, its last and next occurrence.
+
+The schedules come from the state database (what the worker loaded); the last
+published occurrence of each is read from Redis's dedup keys
+(``relay:schedule:<function>:<handler>:<scheduled_at>``, kept 7 days), so an
+unreachable Redis shows ``unknown`` there and one line says why; the rest still
+prints. Read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+import typer
+from redis.asyncio import Redis
+
+from relay.adapters.redis.schedules import latest_published
+from relay.adapters.sqlite.db import open_db_readonly
+from relay.domain import schedule
+from relay.domain.errors import RelayError
+from relay.domain.schedule import INSTANT_LENGTH
+from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.fn_catalog import next_fire_text
+from relay.entrypoints.config import load_paths, load_redis_settings
+
+app = typer.Typer(help="Inspect cron schedules.", no_args_is_help=True)
+
+
+@app.command("ls")
+def ls() -> None:
+    """List every schedule with its last published and next occurrence."""
+    rows = _schedules()
+    prefixes = [schedule.schedule_prefix(fn, str(s.get("handler", ""))) for fn, s in rows]
+    last: dict[str, str] | None
+    try:
+        last = anyio.run(_latest, prefixes) if rows else {}
+    except RelayError as exc:
+        typer.echo(f"relay: last published occurrences unknown: {exc}", err=True)
+        last = None
+    for line in render_schedules(rows, last, time.time()):
+        out(line)
+
+
+def _schedules() -> list[tuple[str, Mapping[str, Any]]]:
+    path = load_paths(os.environ).database
+    try:
+        db = open_db_readonly(path)
+        found = [] if db is None else db.rows("functions")
+    except sqlite3.Error as exc:
+        fail(f"cannot read the state database {path}: {exc}")
+    if db is not None:
+        db.close()
+    rows: list[tuple[str, Mapping[str, Any]]] = []
+    for name, data, _updated in sorted(found, key=lambda r: str(r[0])):
+        rows += [(str(name), s) for s in (data.get("schedules") or [])]
+    return rows
+
+
+async def _latest(prefixes: Sequence[str]) -> dict[str, str]:
+    # the dedup keys are not per stream: only the server is needed
+    settings = load_redis_settings(os.environ, need_stream=False, need_group=False)
+    redis = Redis.from_url(settings.url, socket_connect_timeout=5, socket_timeout=10)
+    try:
+        return await latest_published(redis, prefixes)
+    finally:
+        await redis.aclose()
+
+
+def render_schedules(
+    rows: Sequence[tuple[str, Mapping[str, Any]]], last: Mapping[str, str] | None, now: float
+) -> list[str]:
+    """The table; ``last`` is ``None`` when Redis could not be read."""
+    if not rows:
+        return ["no schedules"]
+    table = [("SCHEDULE", "CRON", "TIMEZONE", "LAST PUBLISHED", "NEXT")]
+    for function, s in rows:
+        handler, cron = str(s.get("handler", "")), str(s.get("cron", ""))
+        zone = str(s.get("timezone") or "UTC")
+        prefix = schedule.schedule_prefix(function, handler)
+        if last is None:
+            published = "unknown"
+        else:
+            occurrence = last.get(prefix)
+            published = occurrence[-INSTANT_LENGTH:] if occurrence else "-"
+        upcoming = next_fire_text(cron, zone, now) or "-"
+        table.append((f"{function}/{handler}", cron, zone, published, upcoming))
+    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    return [
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r[:4])) + "  " + r[4]
+        for r in table
+    ]

@@ -1,0 +1,170 @@
+"""The OccurrencePublisher and OccurrenceHistory contract, on the in-memory fakes and
+on Redis: one suite, so the embedded broker can be held to it too."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from relay.adapters.redis.keys import invocation_key
+from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurrencePublisher
+from relay.adapters.redis.stream import RedisEventStream
+from relay.application.ports import EventStream, OccurrenceHistory, OccurrencePublisher
+from relay.domain import schedule
+from relay.domain.ledger_rules import CLASS_FIELD, class_stamp
+from tests.contract.conftest import redis_url_for
+from tests.fakes import (
+    FakeClock,
+    InMemoryDeadLetterQueue,
+    InMemoryEventStream,
+    InMemoryLedger,
+    InMemoryOccurrenceHistory,
+    InMemoryOccurrencePublisher,
+)
+
+pytestmark = pytest.mark.anyio
+
+AT = 1_900_000_000  # 2030-03-17T17:46:40Z
+
+
+class Bed:
+    publisher: OccurrencePublisher
+    history: OccurrenceHistory
+    stream: EventStream
+
+    async def entries(self) -> list[bytes | None]:
+        raise NotImplementedError
+
+    async def classify(self, message_id: str, classification: str) -> None:
+        raise NotImplementedError
+
+
+class MemoryBed(Bed):
+    def __init__(self) -> None:
+        clock = FakeClock()
+        self.memory_stream = InMemoryEventStream(clock)
+        self.ledger = InMemoryLedger(self.memory_stream, InMemoryDeadLetterQueue(), clock)
+        self.stream = self.memory_stream
+        self.publisher = InMemoryOccurrencePublisher(self.memory_stream, clock)
+        self.history = InMemoryOccurrenceHistory(self.memory_stream, self.ledger)
+
+    async def entries(self) -> list[bytes | None]:
+        return list(self.memory_stream.entries.values())
+
+    async def classify(self, message_id: str, classification: str) -> None:
+        self.ledger.hashes.setdefault(message_id, {})[CLASS_FIELD] = class_stamp(
+            classification, "t1"
+        )
+
+
+class RedisBed(Bed):
+    def __init__(self, client: redis.asyncio.Redis, unique: str) -> None:
+        self.client = client
+        name = f"{unique}-events"
+        self.stream = RedisEventStream(client, stream=name, group="relay", consumer="w1")
+        self.publisher = RedisOccurrencePublisher(client, name)
+        self.history = RedisOccurrenceHistory(client, name, "relay")
+
+    async def entries(self) -> list[bytes | None]:
+        rows: Any = await self.client.xrange(self.stream.stream)
+        return [fields.get(b"event") for _, fields in rows]
+
+    async def classify(self, message_id: str, classification: str) -> None:
+        key = invocation_key(self.stream.stream, self.stream.group, message_id)
+        await self.client.hset(key, CLASS_FIELD, class_stamp(classification, "t1"))
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+async def bed(request: pytest.FixtureRequest) -> AsyncIterator[Bed]:
+    if request.param == "memory":
+        yield MemoryBed()
+        return
+    unique: str = request.getfixturevalue("unique")
+    client = redis.asyncio.Redis.from_url(redis_url_for(request), decode_responses=False)
+    try:
+        b = RedisBed(client, unique)
+        await b.stream.ensure_group()
+        yield b
+    finally:
+        await client.aclose()
+
+
+def _fn(request: pytest.FixtureRequest) -> str:
+    # dedup keys are global to the server: a name of this test's own
+    name: str = request.node.name
+    return "fn-" + name.replace("[", "-").replace("]", "")
+
+
+async def test_publish_appends_the_envelope_once(bed: Bed, request: pytest.FixtureRequest) -> None:
+    occurrence = schedule.envelope(_fn(request), "jobs.tick.handler", AT)
+    first = await bed.publisher.publish(occurrence)
+    second = await bed.publisher.publish(occurrence)
+    assert first is not None
+    assert second is None
+    assert await bed.entries() == [schedule.encode(occurrence)]
+
+
+async def test_distinct_instants_are_distinct_occurrences(
+    bed: Bed, request: pytest.FixtureRequest
+) -> None:
+    fn = _fn(request)
+    ids = [await bed.publisher.publish(schedule.envelope(fn, "jobs.a", AT + i)) for i in range(3)]
+    assert None not in ids
+    assert len(set(ids)) == 3
+    assert len(await bed.entries()) == 3
+
+
+async def test_unfinished_before_sees_an_earlier_pending_occurrence(
+    bed: Bed, request: pytest.FixtureRequest
+) -> None:
+    fn = _fn(request)
+    prefix = schedule.schedule_prefix(fn, "jobs.a")
+    await bed.publisher.publish(schedule.envelope(fn, "jobs.a", AT))
+    await bed.publisher.publish(schedule.envelope(fn, "jobs.b", AT))  # another schedule
+    await bed.publisher.publish(schedule.envelope(fn, "jobs.a", AT + 60))
+    first, other, second = await bed.stream.read(10, 10)
+    # not classified yet: the entry's envelope says what it is
+    assert await bed.history.unfinished_before(prefix, second.id)
+    assert not await bed.history.unfinished_before(prefix, first.id)
+    await bed.classify(first.id, schedule.occurrence_id(fn, "jobs.a", AT))
+    await bed.classify(other.id, schedule.occurrence_id(fn, "jobs.b", AT))
+    assert await bed.history.unfinished_before(prefix, second.id)
+    other_prefix = schedule.schedule_prefix(fn, "jobs.b")
+    assert not await bed.history.unfinished_before(other_prefix, other.id)
+
+
+async def test_an_acknowledged_occurrence_is_finished(
+    bed: Bed, request: pytest.FixtureRequest
+) -> None:
+    fn = _fn(request)
+    prefix = schedule.schedule_prefix(fn, "jobs.a")
+    await bed.publisher.publish(schedule.envelope(fn, "jobs.a", AT))
+    await bed.publisher.publish(schedule.envelope(fn, "jobs.a", AT + 60))
+    first, second = await bed.stream.read(10, 10)
+    await bed.stream.drop([first.id])  # acknowledged: no longer pending
+    assert not await bed.history.unfinished_before(prefix, second.id)
+
+
+@pytest.mark.redis
+async def test_the_redis_check_pages_past_many_pending_events(
+    request: pytest.FixtureRequest, unique: str
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url_for(request), decode_responses=False)
+    try:
+        bed = RedisBed(client, unique)
+        await bed.stream.ensure_group()
+        fn = f"fn-{unique}"
+        prefix = schedule.schedule_prefix(fn, "jobs.a")
+        for i in range(1200):  # more than two pages of ordinary events, pending first
+            await client.xadd(bed.stream.stream, {"event": b'{"n": %d}' % i})
+        await bed.publisher.publish(schedule.envelope(fn, "jobs.a", AT))
+        await bed.publisher.publish(schedule.envelope(fn, "jobs.a", AT + 60))
+        delivered = await bed.stream.read(2000, 10)
+        assert len(delivered) == 1202
+        assert await bed.history.unfinished_before(prefix, delivered[-1].id)
+        assert not await bed.history.unfinished_before(prefix, delivered[-2].id)
+    finally:
+        await client.aclose()
