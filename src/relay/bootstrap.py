@@ -28,6 +28,11 @@ from relay.adapters.docker.connection import connect_docker, engine_is_local
 from relay.adapters.docker.images import DockerImageBuilder
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
 from relay.adapters.docker.runtime import DockerContainerRuntime
+from relay.adapters.docker.services import (
+    DockerServiceContainers,
+    DockerServiceImages,
+    load_env_key,
+)
 from relay.adapters.fs.discovery import FsFunctionSource
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
@@ -66,10 +71,12 @@ from relay.application.ports import (
 from relay.application.reconcile import Reconciler
 from relay.application.registry import FunctionRegistry
 from relay.application.replay import DeadLetterReplayer, DeadLetterSource
+from relay.application.services import ServiceConverger
 from relay.application.shutdown import COMPLETE, GracefulStop
 from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
 from relay.domain.execution import PoolSnapshot
+from relay.domain.services import RoutingSettings
 
 log = structlog.get_logger("relay.bootstrap")
 
@@ -119,6 +126,7 @@ def compose(
     stats: StatsResetter,
     max_event_bytes: int,
     slot_wait_s: float = 10.0,
+    services: ServiceConverger | None = None,
 ) -> Composition:
     """Register exactly one handler per command on ``bus``.
 
@@ -133,6 +141,7 @@ def compose(
         slots=slots,
         clock=clock,
         publish=bus.publish,
+        services=services,
     )
     for kind, handler in reconciler.handlers().items():
         bus.register(kind, handler)
@@ -272,6 +281,10 @@ async def build_worker(
         state_db = open_db(paths.database)
         stack.callback(state_db.close)
         stats = StatsRecorder(metrics, SqliteStatsStore(state_db), clock)
+        secret_store = FileSecretStore(paths.secrets_dir)
+        services = _service_converger(docker, settings, secret_store, clock)
+        # LIFO: runs before the engine connection closes (graceful shutdown only).
+        stack.push_async_callback(_shielded(services.stop_all))
         composition = compose(
             bus=bus,
             registry=FunctionRegistry(),
@@ -279,7 +292,7 @@ async def build_worker(
             builder=builder,
             runtime=runtime,
             slots=slots,
-            secrets=FileSecretStore(paths.secrets_dir),
+            secrets=secret_store,
             clock=clock,
             tokens=RandomTokenSource(),
             stream=stream,
@@ -289,6 +302,7 @@ async def build_worker(
             dead_letters=RedisDeadLetterReader(redis, settings.redis.stream),
             stats=stats,
             max_event_bytes=settings.max_event_bytes,
+            services=services,
         )
         subscribe(bus, metrics)
         metrics.watch_pools(lambda: _pool_snapshots(runtime))
@@ -318,6 +332,27 @@ async def build_worker(
         )
         worker.loops += webhook_loops
         yield worker
+
+
+def _service_converger(
+    docker: Any, settings: Any, secrets: FileSecretStore, clock: SystemClock
+) -> ServiceConverger:
+    traefik = settings.traefik
+    return ServiceConverger(
+        images=DockerServiceImages(docker),
+        containers=DockerServiceContainers(docker, hostname=settings.hostname),
+        secrets=secrets,
+        routing=RoutingSettings(
+            network=traefik.network,
+            entrypoints=tuple(traefik.entrypoints),
+            certresolver=traefik.certresolver,
+            priority=traefik.priority,
+            host_override=traefik.host_override,
+        ),
+        hostname=settings.hostname,
+        env_key=load_env_key(settings.paths.state_dir / "service-env.key"),
+        clock=clock,
+    )
 
 
 def _add_loops(
