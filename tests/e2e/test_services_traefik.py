@@ -154,3 +154,18 @@ def test_host_override_keeps_the_left_most_label(
     )
     assert isinstance(answer, dict)
     assert traefik.get("users.example.com")[0] == 404
+
+
+def test_the_fastapi_example_runs_as_a_package_module(
+    traefik: Traefik, relay_worker: WorkerFactory, functions_dir: Path
+) -> None:
+    app = copy_function(EXAMPLES / "fastapi-service", functions_dir)
+    (app / "template.yaml").write_text(_routed_template(app, host="items.example.com"))
+    relay_worker(env={"TRAEFIK_NETWORK": traefik.network})
+    health = wait_until(
+        lambda: traefik.answer("items.example.com", "/health"),
+        ROUTE_TIMEOUT_S,
+        "the FastAPI service (uvicorn started by app/main.py)",
+    )
+    assert health == {"status": "ok"}
+    assert traefik.answer("items.example.com", "/items/42") == {"item_id": 42}
