@@ -296,3 +296,29 @@ async def test_retirement_keeps_images_service_replicas_run(world: World) -> Non
     assert image in world.builder.images["api"]
     assert world.builder.retired[-1][1]
     assert image in world.builder.retired[-1][1]
+
+
+async def test_a_replacement_that_cannot_start_keeps_the_old_replica(world: World) -> None:
+    world.write(replicas=1)
+    await world.reconcile()
+    (old,) = world.containers.running()
+    world.containers.start_failures.add("service.js")
+    world.write(mode="b", replicas=1)
+    assert await world.reconcile() == FAILED
+    assert [r.id for r in world.containers.running()] == [old.id]
+    assert world.failures() == ['service "service.js": replica 0 exited at start (exit code 1)']
+    state = [e for e in world.events if isinstance(e, ServicesConverged)][-1]
+    assert [r.state for r in state.services[0].replicas] == ["replacing"]
+    world.containers.start_failures.clear()
+    await world.reconcile()
+    (new,) = world.containers.running()
+    assert new.id != old.id
+
+
+async def test_one_failing_function_never_harms_another(world: World) -> None:
+    world.write(name="good")
+    world.write(name="bad")
+    world.images.failures[("bad", "service.js")] = "image is missing"
+    results = await world.bus.send(ReconcileAll())
+    assert results == {"bad": FAILED, "good": PREPARED}
+    assert {r.labels["relay.function"] for r in world.containers.running()} == {"good"}
