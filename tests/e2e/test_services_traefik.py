@@ -100,7 +100,8 @@ def _routed_template(source: Path, *, host: str, path: str | None = None) -> str
 def test_routes_host_path_replicas_and_removal(
     traefik: Traefik, relay_worker: WorkerFactory, functions_dir: Path
 ) -> None:
-    copy_function(EXAMPLES / "users-api-node", functions_dir)
+    users = copy_function(EXAMPLES / "users-api-node", functions_dir)
+    (users / "template.yaml").write_text(_routed_template(users, host="users.example.com"))
     shop = copy_function(EXAMPLES / "custom-build-service", functions_dir, "shop")
     (shop / "template.yaml").write_text(_routed_template(shop, host="shop.example.com", path="/v2"))
     worker = relay_worker(env={"TRAEFIK_NETWORK": traefik.network})
@@ -147,7 +148,8 @@ def test_routes_host_path_replicas_and_removal(
 def test_host_override_keeps_the_left_most_label(
     traefik: Traefik, relay_worker: WorkerFactory, functions_dir: Path
 ) -> None:
-    copy_function(EXAMPLES / "users-api-node", functions_dir)
+    users = copy_function(EXAMPLES / "users-api-node", functions_dir)
+    (users / "template.yaml").write_text(_routed_template(users, host="users.example.com"))
     relay_worker(env={"TRAEFIK_NETWORK": traefik.network, "TRAEFIK_HOST_OVERRIDE": "localhost"})
     answer = wait_until(
         lambda: traefik.answer("users.localhost"), ROUTE_TIMEOUT_S, "the overridden route"

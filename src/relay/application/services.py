@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import anyio
 import structlog
 
 from relay.application.environment import resolve_environment
@@ -161,8 +162,13 @@ class ServiceConverger:
     async def stop_all(self) -> int:
         """Graceful shutdown: stop and remove every service container of this worker."""
         replicas = await self._containers.observe()
-        for replica in replicas:
-            await self._remove(replica.labels.get("relay.function", ""), replica.id, "")
+        # in parallel: each stop may take its grace, and shutdown has one budget
+        # (what does not make it is swept by the next start's first pass)
+        async with anyio.create_task_group() as tg:
+            for replica in replicas:
+                tg.start_soon(
+                    self._remove, replica.labels.get("relay.function", ""), replica.id, ""
+                )
         if replicas:
             _log.info("services_stopped", containers=len(replicas))
         return len(replicas)
