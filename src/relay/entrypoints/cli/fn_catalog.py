@@ -130,7 +130,7 @@ def _header(row: Mapping[str, Any], now: float) -> list[str]:
         prepared = str(row.get("prepared_at") or "")
         when = parse_rfc3339(prepared)
         fields += [
-            ("Image:", str(row.get("image") or "")),
+            ("Image:", str(row.get("image") or "-")),  # "-": build/image services only
             ("Fingerprint:", str(row.get("fingerprint") or "")),
             ("Prepared:", prepared if when is None else f"{prepared} ({age(when, now)})"),
         ]
