@@ -28,12 +28,9 @@ from relay.adapters.docker.connection import connect_docker, engine_is_local
 from relay.adapters.docker.images import DockerImageBuilder
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
 from relay.adapters.docker.runtime import DockerContainerRuntime
-from relay.adapters.docker.services import (
-    DockerServiceContainers,
-    DockerServiceImages,
-    load_env_key,
-)
+from relay.adapters.docker.services import DockerServiceContainers, DockerServiceImages
 from relay.adapters.fs.discovery import FsFunctionSource
+from relay.adapters.fs.env_key import load_env_key
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
 from relay.adapters.git.webhook import git_webhook

@@ -262,6 +262,8 @@ async def test_a_failing_build_keeps_the_old_replica_serving_and_inspect_says_wh
     (still,) = await bed.running()
     assert still.id == old.id
     assert await bed.answers(still)
+    # retirement ran after this pass and kept the image the old replica runs
+    await bed.docker.images.inspect(info["Config"]["Labels"]["relay.image"])
     lines = bed.inspect()
     assert any(line.startswith("Last reconcile:  failed") for line in lines), lines
     error = next(line for line in lines if line.startswith("Last error:"))
@@ -301,3 +303,12 @@ async def test_a_failed_pull_of_a_local_image_keeps_serving_and_is_retried(
     assert len(checks) == 2
     (same,) = await bed.running()
     assert same.id == replica.id
+
+
+async def test_an_ignored_entrypoint_is_reported_and_nothing_starts(bed: Bed) -> None:
+    bed.write_node(replicas=1)
+    (bed.directory / ".gitignore").write_text("service.js\n")
+    assert await bed.reconcile() == FAILED
+    assert await bed.running() == []
+    error = next(line for line in bed.inspect() if line.startswith("Last error:"))
+    assert 'service "service.js": entrypoint service.js is not in the function\'s source' in error

@@ -70,6 +70,12 @@ def _read(directory: Path) -> list[tuple[str, bytes]]:
     return read_sources(directory, select_sources(directory))
 
 
+def _selected(directory: Path) -> frozenset[str]:
+    if not directory.is_dir():
+        raise ServiceImageError(f"{directory} is not a directory")
+    return frozenset(select_sources(directory).files)
+
+
 def build_fingerprint(source_fp: str, dockerfile: str) -> str:
     """The source fingerprint folded with the Dockerfile path (a second build
     service over the same source, with another Dockerfile, gets its own tag)."""
@@ -144,9 +150,12 @@ class DockerServiceImages:
             raise ServiceImageError(f"an entrypoint needs a runtime (got {runtime!r})")
         if not image:
             raise ServiceImageError("the function image is not built yet")
-        path = directory / service.source
-        if not await anyio.to_thread.run_sync(path.is_file):
-            raise ServiceImageError(f"entrypoint {service.source} is not a file of the function")
+        selected = await anyio.to_thread.run_sync(_selected, directory)
+        if service.source.removeprefix("./") not in selected:
+            raise ServiceImageError(
+                f"entrypoint {service.source} is not in the function's source "
+                "(missing, or ignored by .gitignore), so it is not in the image"
+            )
         if known.name.startswith("python"):
             command: tuple[str, ...] = ("python", "-m", service.python_module)
         else:
@@ -383,23 +392,3 @@ def service_config(desired: DesiredService, slot: int) -> dict[str, Any]:
         config["HostConfig"]["NetworkMode"] = network
         config["NetworkingConfig"] = {"EndpointsConfig": {network: {}}}
     return config
-
-
-def load_env_key(path: Path) -> bytes:
-    """The worker's key for ``relay.env_hash`` (32 random bytes, mode 0600),
-    created on first use and kept so a restart does not replace every replica."""
-    try:
-        key = path.read_bytes()
-    except FileNotFoundError:
-        key = b""
-    if len(key) >= 32:
-        return key
-    import secrets  # noqa: PLC0415 - only on the first start
-
-    key = secrets.token_bytes(32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(key)
-    tmp.chmod(0o600)
-    tmp.replace(path)
-    return key
