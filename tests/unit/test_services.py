@@ -42,12 +42,17 @@ services:
 
 
 class World:
-    def __init__(self, root: Path, routing: RoutingSettings | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        routing: RoutingSettings | None = None,
+        containers: InMemoryServiceContainers | None = None,
+    ) -> None:
         self.root = root
         self.registry = FunctionRegistry()
         self.builder = InMemoryImageBuilder()
         self.images = InMemoryServiceImages()
-        self.containers = InMemoryServiceContainers()
+        self.containers = containers or InMemoryServiceContainers()
         self.secrets = InMemorySecretStore({"api-token": "s3cret-one"})
         self.clock = FakeClock()
         self.events: list[DomainEvent] = []
@@ -322,3 +327,20 @@ async def test_one_failing_function_never_harms_another(world: World) -> None:
     results = await world.bus.send(ReconcileAll())
     assert results == {"bad": FAILED, "good": PREPARED}
     assert {r.labels["relay.function"] for r in world.containers.running()} == {"good"}
+
+
+async def test_clearing_a_routing_value_converges_its_labels_away(tmp_path: Path) -> None:
+    with_tls = World(tmp_path, RoutingSettings(network="proxy", certresolver="letsencrypt"))
+    with_tls.containers.networks.add("proxy")
+    with_tls.write(replicas=1, extra="    host: api.example.com\n")
+    await with_tls.reconcile()
+    (old,) = with_tls.containers.running()
+    assert any(k.endswith(".tls.certresolver") for k in old.labels)
+
+    # a restart with TRAEFIK_CERTRESOLVER unset, on the same engine
+    restarted = World(tmp_path, RoutingSettings(network="proxy"), with_tls.containers)
+    await restarted.reconcile()
+    (new,) = restarted.containers.running()
+    assert new.id != old.id
+    assert not any(".tls" in k for k in new.labels)
+    assert new.labels["traefik.enable"] == "true"
