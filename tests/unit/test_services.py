@@ -344,3 +344,22 @@ async def test_clearing_a_routing_value_converges_its_labels_away(tmp_path: Path
     assert new.id != old.id
     assert not any(".tls" in k for k in new.labels)
     assert new.labels["traefik.enable"] == "true"
+
+
+async def test_a_failed_function_build_heals_replicas_and_stays_the_last_error(
+    world: World,
+) -> None:
+    world.write()
+    await world.reconcile()
+    world.images.failures[("api", "service.js")] = "registry down"
+    await world.reconcile()  # a service failure is reported ...
+    world.images.failures.clear()
+    world.builder.failures["api"] = 'function "api": function image build failed: exit 1'
+    world.write(mode="b")
+    crashed = world.containers.running()[0]
+    world.containers.crash(crashed.id)
+    assert await world.reconcile() == FAILED
+    assert len(world.containers.running()) == 2  # ... healed by the serving version
+    last = [e for e in world.events if isinstance(e, (FunctionPrepared, FunctionReconcileFailed))]
+    assert isinstance(last[-1], FunctionReconcileFailed)
+    assert last[-1].error == 'function "api": function image build failed: exit 1'

@@ -416,6 +416,14 @@ class Reconciler:
         current = self.registry.get(name)
         if self._services is None or current is None or not current.ready:
             return result
+        if result is None:
+            # The new version failed to build: the serving one heals its crashed
+            # replicas, and the build failure stays the function's last word.
+            _problems, events = await self._services.converge(
+                name, current.directory, current.template, current.image or None
+            )
+            await self._publish(events)
+            return None
         failed, events = await self._services.converge_version(
             current, summarize(current.template), fresh=result == PREPARED
         )
