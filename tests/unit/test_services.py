@@ -363,3 +363,25 @@ async def test_a_failed_function_build_heals_replicas_and_stays_the_last_error(
     last = [e for e in world.events if isinstance(e, (FunctionPrepared, FunctionReconcileFailed))]
     assert isinstance(last[-1], FunctionReconcileFailed)
     assert last[-1].error == 'function "api": function image build failed: exit 1'
+
+
+async def test_a_broken_template_keeps_its_replicas_through_full_passes(world: World) -> None:
+    world.write()
+    await world.reconcile()
+    before = {r.id for r in world.containers.running()}
+    (world.root / "api" / "template.yaml").write_text("runtime: node24\nservices: [{port: 1}]\n")
+    await world.bus.send(ReconcileAll())
+    await world.bus.send(ReconcileAll())
+    assert {r.id for r in world.containers.running()} == before
+
+
+async def test_a_restart_on_a_broken_template_keeps_the_leftover_replicas(
+    world: World,
+) -> None:
+    world.write()
+    await world.reconcile()
+    before = {r.id for r in world.containers.running()}
+    (world.root / "api" / "template.yaml").write_text("runtime: node24\nservices: [{port: 1}]\n")
+    restarted = World(world.root, containers=world.containers)
+    await restarted.bus.send(ReconcileAll())
+    assert {r.id for r in restarted.containers.running()} == before
