@@ -15,7 +15,7 @@ import msgspec
 
 from relay.application.ports import StartGuard
 from relay.domain import ledger_rules, schedule
-from relay.domain.errors import BuildError, DependencyUnavailable
+from relay.domain.errors import BuildError, DependencyUnavailable, RelayError
 from relay.domain.execution import (
     InvocationRequest,
     InvocationResult,
@@ -40,7 +40,9 @@ from relay.domain.outcome import (
 )
 from relay.domain.retention import StreamId
 from relay.domain.schedule import Envelope
+from relay.domain.services import DesiredService, ObservedReplica, ResolvedImage
 from relay.domain.stats import StatsSnapshot, zeroed
+from relay.domain.template import ServiceSpec
 
 
 class ClosingTransport:
@@ -629,3 +631,103 @@ def _is_occurrence_of(payload: bytes, prefix: str) -> bool:
         return False
     parsed = schedule.parse_occurrence(event)
     return isinstance(parsed, Envelope) and parsed.occurrence_id.startswith(prefix)
+# --- lifecycle: services ----------------------------------------------------------------
+class InMemoryServiceImages:
+    """``ServiceImages`` without Docker. ``images[(function, identity)]`` is what a
+    service resolves to (default: ``<source>`` with id ``sha256:<source>``, an
+    entrypoint service runs the function image); ``failures[(function, identity)]``
+    makes it raise ``RelayError`` with that text."""
+
+    def __init__(self) -> None:
+        self.images: dict[tuple[str, str], ResolvedImage] = {}
+        self.failures: dict[tuple[str, str], str] = {}
+        self.resolved: list[tuple[str, str]] = []
+
+    async def resolve(
+        self,
+        function: str,
+        directory: Path,
+        service: ServiceSpec,
+        *,
+        runtime: str | None,
+        function_image: str | None,
+    ) -> ResolvedImage:
+        key = (function, service.identity)
+        self.resolved.append(key)
+        if key in self.failures:
+            raise RelayError(f'service "{service.identity}": {self.failures[key]}')
+        if key in self.images:
+            return self.images[key]
+        if service.kind == "entrypoint":
+            if not function_image:
+                raise RelayError(f'service "{service.identity}": the function image is not built')
+            return ResolvedImage(
+                image=function_image,
+                image_id=f"sha256:{function_image}",
+                command=("node", f"/app/{service.source}"),
+                env={"PLAN": "1"},
+            )
+        return ResolvedImage(image=service.source, image_id=f"sha256:{service.source}")
+
+    async def source_version(self, function: str, directory: Path) -> FunctionImage:
+        return FunctionImage(
+            function=function,
+            runtime="",
+            fingerprint=_tree_fingerprint(directory),
+            image="",
+            dependency_image=None,
+            built=False,
+        )
+
+
+class InMemoryServiceContainers:
+    """``ServiceContainers`` without Docker: ``containers`` by id; ``log`` records
+    ``("start", id)`` / ``("remove", id)`` in order; ``crash(id)`` makes one not
+    running; ``networks`` are the existing ones; ``start_failures`` holds identities
+    whose starts fail; ``started`` keeps the DesiredService of every start."""
+
+    def __init__(self, hostname: str = "worker-1") -> None:
+        self.hostname = hostname
+        self.containers: dict[str, ObservedReplica] = {}
+        self.log: list[tuple[str, str]] = []
+        self.networks: set[str] = set()
+        self.start_failures: set[str] = set()
+        self.started: dict[str, DesiredService] = {}
+        self._ids = itertools.count(1)
+
+    async def observe(self, function: str | None = None) -> list[ObservedReplica]:
+        return [
+            c
+            for c in self.containers.values()
+            if c.labels.get("relay.hostname") == self.hostname
+            and (function is None or c.labels.get("relay.function") == function)
+        ]
+
+    async def start(self, desired: DesiredService, slot: int) -> str:
+        if desired.spec.identity in self.start_failures:
+            raise RelayError(f"replica {slot} exited at start (exit code 1)")
+        container_id = f"c{next(self._ids)}"
+        self.containers[container_id] = ObservedReplica(
+            id=container_id, labels=desired.labels(slot), running=True
+        )
+        self.started[container_id] = desired
+        self.log.append(("start", container_id))
+        return container_id
+
+    async def remove(self, container_id: str) -> None:
+        self.containers.pop(container_id, None)
+        self.log.append(("remove", container_id))
+
+    async def network_exists(self, name: str) -> bool:
+        return name in self.networks
+
+    def crash(self, container_id: str) -> None:
+        old = self.containers[container_id]
+        self.containers[container_id] = ObservedReplica(id=old.id, labels=old.labels, running=False)
+
+    def running(self, identity: str | None = None) -> list[ObservedReplica]:
+        return [
+            c
+            for c in self.containers.values()
+            if c.running and (identity is None or c.labels.get("relay.identity") == identity)
+        ]

@@ -28,7 +28,9 @@ from relay.adapters.docker.connection import connect_docker, engine_is_local
 from relay.adapters.docker.images import DockerImageBuilder
 from relay.adapters.docker.networks import sweep_orphans, verify_networks
 from relay.adapters.docker.runtime import DockerContainerRuntime
+from relay.adapters.docker.services import DockerServiceContainers, DockerServiceImages
 from relay.adapters.fs.discovery import FsFunctionSource
+from relay.adapters.fs.env_key import load_env_key
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
 from relay.adapters.git.webhook import git_webhook
@@ -69,10 +71,12 @@ from relay.application.reconcile import Reconciler
 from relay.application.registry import FunctionRegistry
 from relay.application.replay import DeadLetterReplayer, DeadLetterSource
 from relay.application.scheduler import Scheduler
+from relay.application.services import ServiceConverger
 from relay.application.shutdown import COMPLETE, GracefulStop
 from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
 from relay.domain.execution import PoolSnapshot
+from relay.domain.services import RoutingSettings
 
 log = structlog.get_logger("relay.bootstrap")
 
@@ -123,6 +127,7 @@ def compose(
     max_event_bytes: int,
     slot_wait_s: float = 10.0,
     history: OccurrenceHistory | None = None,
+    services: ServiceConverger | None = None,
 ) -> Composition:
     """Register exactly one handler per command on ``bus``.
 
@@ -137,6 +142,7 @@ def compose(
         slots=slots,
         clock=clock,
         publish=bus.publish,
+        services=services,
     )
     for kind, handler in reconciler.handlers().items():
         bus.register(kind, handler)
@@ -277,6 +283,10 @@ async def build_worker(
         state_db = open_db(paths.database)
         stack.callback(state_db.close)
         stats = StatsRecorder(metrics, SqliteStatsStore(state_db), clock)
+        secret_store = FileSecretStore(paths.secrets_dir)
+        services = _service_converger(docker, settings, secret_store, clock)
+        # LIFO: runs before the engine connection closes (graceful shutdown only).
+        stack.push_async_callback(_shielded(services.stop_all))
         composition = compose(
             bus=bus,
             registry=FunctionRegistry(),
@@ -284,7 +294,7 @@ async def build_worker(
             builder=builder,
             runtime=runtime,
             slots=slots,
-            secrets=FileSecretStore(paths.secrets_dir),
+            secrets=secret_store,
             clock=clock,
             tokens=RandomTokenSource(),
             stream=stream,
@@ -295,6 +305,7 @@ async def build_worker(
             stats=stats,
             max_event_bytes=settings.max_event_bytes,
             history=RedisOccurrenceHistory(redis, settings.redis.stream, settings.redis.group),
+            services=services,
         )
         subscribe(bus, metrics)
         metrics.watch_pools(lambda: _pool_snapshots(runtime))
@@ -324,6 +335,27 @@ async def build_worker(
         )
         worker.loops += webhook_loops
         yield worker
+
+
+def _service_converger(
+    docker: Any, settings: Any, secrets: FileSecretStore, clock: SystemClock
+) -> ServiceConverger:
+    traefik = settings.traefik
+    return ServiceConverger(
+        images=DockerServiceImages(docker),
+        containers=DockerServiceContainers(docker, hostname=settings.hostname),
+        secrets=secrets,
+        routing=RoutingSettings(
+            network=traefik.network,
+            entrypoints=tuple(traefik.entrypoints),
+            certresolver=traefik.certresolver,
+            priority=traefik.priority,
+            host_override=traefik.host_override,
+        ),
+        hostname=settings.hostname,
+        env_key=load_env_key(settings.paths.state_dir / "service-env.key"),
+        clock=clock,
+    )
 
 
 def _add_loops(

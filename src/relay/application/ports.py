@@ -26,8 +26,9 @@ from relay.domain.outcome import (
     StreamMessage,
 )
 from relay.domain.schedule import Envelope
+from relay.domain.services import DesiredService, ObservedReplica, ResolvedImage
 from relay.domain.stats import StatsSnapshot
-from relay.domain.template import Template
+from relay.domain.template import ServiceSpec, Template
 
 # --- time and randomness ---------------------------------------------------------
 # Awaited by the runtime right before a handler starts (see ContainerRuntime.invoke).
@@ -228,6 +229,58 @@ class FunctionSource(Protocol):
     def load_template(self, directory: str) -> Template | None:
         """The directory's validated template; ``None`` when ``template.yaml`` is
         absent (or the directory is gone). Raises ``TemplateError``."""
+        ...
+
+
+# --- persistent services (lifecycle) ------------------------------------------------
+class ServiceImages(Protocol):
+    """Resolves a service's desired image before any container action.
+
+    Implemented by ``relay.adapters.docker.services.DockerServiceImages``.
+    """
+
+    async def resolve(
+        self,
+        function: str,
+        directory: Path,
+        service: ServiceSpec,
+        *,
+        runtime: str | None,
+        function_image: str | None,
+    ) -> ResolvedImage:
+        """The image the service's replicas run: the function image with the
+        runtime's command (``entrypoint``), a built image (``build``) or the
+        external reference, inspected and pulled when due (``image``). Raises a
+        ``RelayError`` with one line naming the service when it cannot."""
+        ...
+
+    async def source_version(self, function: str, directory: Path) -> FunctionImage:
+        """A version for a template without a runtime (only ``build``/``image``
+        services): the source fingerprint, no function image (``image`` empty)."""
+        ...
+
+
+class ServiceContainers(Protocol):
+    """This worker's service containers (scoped by ``relay.hostname``).
+
+    Implemented by ``relay.adapters.docker.services.DockerServiceContainers``.
+    """
+
+    async def observe(self, function: str | None = None) -> list[ObservedReplica]:
+        """Every service container of this worker (of ``function`` when given), any state."""
+        ...
+
+    async def start(self, desired: DesiredService, slot: int) -> str:
+        """Create and start one hardened replica; returns its id once running.
+        Raises ``RelayError`` when it could not start (nothing is left behind)."""
+        ...
+
+    async def remove(self, container_id: str) -> None:
+        """Stop and delete a replica; an already gone one is fine."""
+        ...
+
+    async def network_exists(self, name: str) -> bool:
+        """Whether the Docker network exists (Relay never creates one)."""
         ...
 
 

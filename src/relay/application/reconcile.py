@@ -28,6 +28,7 @@ import structlog
 from relay.application.bus import Handler, Outcome
 from relay.application.ports import Clock, ContainerRuntime, FunctionSource, ImageBuilder
 from relay.application.registry import ActiveFunction, FunctionRegistry
+from relay.application.services import ServiceConverger
 from relay.domain.commands import PrepareFunction, ReconcileAll, ReconcileFunction, RemoveFunction
 from relay.domain.errors import RelayError, TemplateError
 from relay.domain.events import (
@@ -124,6 +125,7 @@ class Reconciler:
         slots: FunctionSlots,
         clock: Clock,
         publish: Publish,
+        services: ServiceConverger | None = None,
     ) -> None:
         self.registry = registry
         self._source = source
@@ -137,6 +139,7 @@ class Reconciler:
         self._skipped: dict[str, str] = {}  # invalid names already reported
         self._retire: dict[str, int] = {}  # functions to retire again: name -> passes left
         self._leftovers: set[str] = set()  # functions of a previous process, maybe deleted
+        self._services = services
 
     def handlers(self) -> Mapping[type[Command], Handler]:
         """This use case's rows of the bus's handler table."""
@@ -189,6 +192,10 @@ class Reconciler:
             for name in self._leftovers - present - set(self.registry.current().functions):
                 tg.start_soon(self._retire_leftover, name)
         self._leftovers.clear()
+        if self._services is not None:
+            catalog = self.registry.current()
+            known = set(catalog.functions) | set(catalog.unavailable) | set(self._failures)
+            await self._services.sweep(known)
         # Recorded invocations of a function that is not loaded are released only
         # once the whole folder has been seen (see Catalog.complete).
         self.registry.mark_complete()
@@ -220,12 +227,21 @@ class Reconciler:
                 return self._waiting(name)
             await self._note_pending(name, directory, template)
             try:
-                image = await self._builder.prepare(name, Path(directory), template)
+                if template.runtime is None and self._services is not None:
+                    image = await self._services.source_version(name, Path(directory))
+                else:
+                    image = await self._builder.prepare(name, Path(directory), template)
             except Exception as exc:  # noqa: BLE001 - one function never stops the others
                 if not isinstance(exc, RelayError):
                     _log.exception("function_prepare_crashed", function=name)
-                return await self._failed(name, str(exc), template)
-            return await self._swap(name, directory, template, image)
+                result = await self._failed(name, str(exc), template)
+                await self._converge_services(name)  # the serving version heals its crashes
+                return result
+            result = await self._swap(name, directory, template, image)
+            outcome = await self._converge_services(name, result)
+            if result == PREPARED:
+                await self._retire_images(name)  # after the services moved to the new image
+            return outcome or result
 
     async def remove(self, name: str) -> str:
         async with self._lock(name):
@@ -237,6 +253,8 @@ class Reconciler:
             if loaded:
                 self._runtime.remove(name)
                 self._slots.forget(name)
+            if self._services is not None:
+                await self._services.remove_function(name)
             if not known:
                 return SKIPPED
             _log.info("function_removed", function=name)
@@ -298,7 +316,6 @@ class Reconciler:
                 )
             ]
         )
-        await self._retire_images(name)
         return PREPARED
 
     async def _note_pending(self, name: str, directory: str, template: Template) -> None:
@@ -382,7 +399,9 @@ class Reconciler:
         containers survive; the next few full passes try again (a fresh swap or
         removal restarts that count; ``retry`` marks one of those passes)."""
         current = self.registry.get(name)
-        keep = (current.image,) if current is not None and current.image else ()
+        keep = {current.image} if current is not None and current.image else set()
+        if self._services is not None:
+            keep |= self._services.images_in_use(name)
         try:
             await self._builder.retire(name, keep)
         except Exception as exc:  # noqa: BLE001 - cleanup is best effort, retried later
@@ -392,6 +411,26 @@ class Reconciler:
             self._retire[name] = passes
         else:
             self._retire.pop(name, None)
+
+    async def _converge_services(self, name: str, result: str | None = None) -> str | None:
+        """Converge the serving version's services (``application/services``);
+        a service problem makes the reconcile ``FAILED`` (the version serves on)."""
+        current = self.registry.get(name)
+        if self._services is None or current is None or not current.ready:
+            return result
+        if result is None:
+            # The new version failed to build: the serving one heals its crashed
+            # replicas, and the build failure stays the function's last word.
+            _problems, events = await self._services.converge(
+                name, current.directory, current.template, current.image or None
+            )
+            await self._publish(events)
+            return None
+        failed, events = await self._services.converge_version(
+            current, summarize(current.template), fresh=result == PREPARED
+        )
+        await self._publish(events)
+        return FAILED if failed and result in (PREPARED, UNCHANGED) else result
 
     def add_leftovers(self, names: Iterable[str]) -> None:
         """Functions a previous process served (from the state view). Those whose

@@ -134,6 +134,35 @@ class FunctionReconcileFailed(DomainEvent, frozen=True, kw_only=True):
     summary: FunctionSummary | None = None
 
 
+class ReplicaState(msgspec.Struct, frozen=True, kw_only=True):
+    """One replica slot of a service: ``running``, ``missing`` (nothing runs in
+    the slot, e.g. after a crash or a failed start) or ``replacing`` (a stale
+    replica still serves while its replacement could not start)."""
+
+    slot: int
+    state: str
+
+
+class ServiceState(msgspec.Struct, frozen=True, kw_only=True):
+    """A service after one convergence pass; ``rule`` is the effective Traefik
+    router rule of a routed service; ``error`` why the pass could not converge."""
+
+    identity: str
+    display: str
+    replicas: tuple[ReplicaState, ...] = ()
+    rule: str | None = None
+    error: str | None = None
+
+
+class ServicesConverged(DomainEvent, frozen=True, kw_only=True):
+    """The services of ``name`` after a pass that changed what the state view
+    shows (published only on a change, not on every periodic pass)."""
+
+    name: str
+    services: tuple[ServiceState, ...]
+    at: float
+
+
 class FunctionRemoved(DomainEvent, frozen=True, kw_only=True):
     """``name`` no longer matches events; its in-flight work drains, its images go."""
 

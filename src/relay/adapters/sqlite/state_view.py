@@ -33,6 +33,7 @@ from relay.domain.events import (
     FunctionReconcileFailed,
     FunctionRemoved,
     FunctionSummary,
+    ServicesConverged,
 )
 
 _log = structlog.get_logger(__name__)
@@ -85,6 +86,7 @@ class SqliteStateView:
         bus.subscribe(FunctionPrepared, self.on_prepared)
         bus.subscribe(FunctionReconcileFailed, self.on_failed)
         bus.subscribe(FunctionRemoved, self.on_removed)
+        bus.subscribe(ServicesConverged, self.on_services)
 
     async def open(self) -> list[str]:
         """Open the database and clear the previous process's rows: the startup
@@ -111,7 +113,9 @@ class SqliteStateView:
         await self._write(event.name, row, event.at)
 
     async def on_prepared(self, event: FunctionPrepared) -> None:
+        previous = self._rows.get(event.name, {})
         row = {
+            "service_state": previous.get("service_state"),
             **summary_fields(event.summary),
             "name": event.name,
             "directory": event.directory,
@@ -149,6 +153,22 @@ class SqliteStateView:
             last_reconcile_at=rfc3339(event.at),
             last_error=event.error,
         )
+        await self._write(event.name, row, event.at)
+
+    async def on_services(self, event: ServicesConverged) -> None:
+        """Each service's replica states and effective rule (``inspect`` shows them)."""
+        row = self._rows.get(event.name)
+        if row is None:
+            return
+        row = dict(row)
+        row["service_state"] = {
+            s.identity: {
+                "replicas": [r.state for r in s.replicas],
+                **({"rule": s.rule} if s.rule else {}),
+                **({"error": s.error} if s.error else {}),
+            }
+            for s in event.services
+        }
         await self._write(event.name, row, event.at)
 
     async def on_removed(self, event: FunctionRemoved) -> None:

@@ -110,7 +110,7 @@ def render_inspect(
     lines = _header(row, now)
     lines += _events(row.get("handlers") or [])
     lines += _schedules(row.get("schedules") or [], describe or cron_text.describe, now)
-    lines += _services(row.get("services") or [])
+    lines += _services(row.get("services") or [], row.get("service_state") or {})
     lines.append("Stats:")
     counts = [(label, _count(stats, key)) for label, key in _STATS]
     lines += _aligned(counts + _last_lines(stats, now))
@@ -132,7 +132,7 @@ def _header(row: Mapping[str, Any], now: float) -> list[str]:
         prepared = str(row.get("prepared_at") or "")
         when = parse_rfc3339(prepared)
         fields += [
-            ("Image:", str(row.get("image") or "")),
+            ("Image:", str(row.get("image") or "-")),  # "-": build/image services only
             ("Fingerprint:", str(row.get("fingerprint") or "")),
             ("Prepared:", prepared if when is None else f"{prepared} ({age(when, now)})"),
         ]
@@ -193,15 +193,32 @@ def next_fire_text(cron: str, zone: str, now: float) -> str | None:
         return None
 
 
-def _services(services: list[Mapping[str, Any]]) -> list[str]:
+def _services(
+    services: list[Mapping[str, Any]], state: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """The spec's ``Services:`` block (``build:``/``image:`` prefixes, effective
+    port and replicas), then each replica's state and a routed service's rule."""
     if not services:
         return []
-    lines = ["Services:"]
+    shown = []
     for s in services:
-        source = next((f"{k}={s[k]}" for k in ("entrypoint", "build", "image") if s.get(k)), "?")
-        parts = [source, f"port={s.get('port', 80)}", f"replicas={s.get('replicas', 1)}"]
-        parts += [f"{k}={s[k]}" for k in ("host", "path") if s.get(k)]
-        lines.append("  " + " ".join(parts))
+        kind = next((k for k in ("entrypoint", "build", "image") if s.get(k)), "entrypoint")
+        source = str(s.get(kind, "?"))
+        shown.append((source, source if kind == "entrypoint" else f"{kind}:{source}", s))
+    width = max(len(display) for _, display, _ in shown)
+    lines = ["Services:"]
+    for source, display, s in shown:
+        lines.append(
+            f"  {display:<{width}}  port={s.get('port', 80)} replicas={s.get('replicas', 1)}"
+        )
+        known = state.get(source) or {}
+        replicas = known.get("replicas")
+        if replicas:
+            lines.append(f"    replicas: {' '.join(str(r) for r in replicas)}")
+        if known.get("rule"):
+            lines.append(f"    rule: {known['rule']}")
+        if known.get("error"):
+            lines.append(f"    error: {known['error']}")
     return lines
 
 
