@@ -43,15 +43,14 @@ for _, record in ipairs(claims) do
   elseif (kind == 'running' or kind == 'backoff') and now < deadline then
     table.insert(statuses, {f, kind, attempt, fmt(deadline), '', 0})
   elseif (kind == 'running' or kind == 'backoff') and attempt >= max_attempts then
-    hset(c, h, f, 'exhausted:' .. fmt(attempt))
-    hset(c, h, '@err:' .. f,
+    hset2(c, h, f, 'exhausted:' .. fmt(attempt), '@err:' .. f,
       string.format(EXHAUSTED_REASON, attempt, string.format(EXPIRED_DETAIL, attempt)))
     table.insert(statuses, {f, 'exhausted', attempt, 0, '', 1})
   else
     local next_attempt = 1
     if kind == 'running' or kind == 'backoff' then next_attempt = attempt + 1 end
-    hset(c, h, f, 'running:' .. fmt(now + lease) .. '#' .. fmt(next_attempt) .. '#' .. token)
-    hset(c, h, '@at:' .. f, fmt(now) .. '#' .. token)
+    hset2(c, h, f, 'running:' .. fmt(now + lease) .. '#' .. fmt(next_attempt) .. '#' .. token,
+      '@at:' .. f, fmt(now) .. '#' .. token)
     table.insert(statuses, {f, 'claimed', next_attempt, fmt(now + lease), prev or '', 0})
     claimed = claimed + 1
   end

@@ -90,6 +90,12 @@ local function hset(c, h, f, v)
   redis.call('HSET', c.ledger, f, v)
 end
 
+-- Two fields in one HSET: one command fewer inside the script on the hot path.
+local function hset2(c, h, f1, v1, f2, v2)
+  h[f1], h[f2] = v1, v2
+  redis.call('HSET', c.ledger, f1, v1, f2, v2)
+end
+
 local function hdel(c, h, f)
   if h[f] ~= nil then
     h[f] = nil
@@ -188,8 +194,7 @@ local function settle(c, h, gates, released)
         'function', fn, 'handler', handler, 'deliveries', fmt(count),
         'handler_attempts', fmt(attempt), 'timestamp', c.stamp)
       if type(res) == 'table' and res.err then return {0, written, res.err} end
-      hset(c, h, f, 'exhausted:' .. fmt(attempt) .. ':dlq')
-      hset(c, h, '@dlq:' .. f, res)
+      hset2(c, h, f, 'exhausted:' .. fmt(attempt) .. ':dlq', '@dlq:' .. f, res)
       table.insert(written, {f, attempt, res, reason})
     end
   end

@@ -35,8 +35,7 @@ for i, record in ipairs(split(ARGV[3], RS)) do
       now = now or now_ms()
       hset(c, h, f, 'next_attempt_at:' .. fmt(now + tonumber(arg)) .. '#' .. fmt(attempt))
     elseif kind == 'exhaust' then
-      hset(c, h, f, 'exhausted:' .. fmt(attempt))
-      hset(c, h, '@err:' .. f, err)
+      hset2(c, h, f, 'exhausted:' .. fmt(attempt), '@err:' .. f, err)
     else -- release: what the claim replaced comes back as it was
       if arg == '' then hdel(c, h, f) else hset(c, h, f, arg) end
       hdel(c, h, '@at:' .. f)
