@@ -1,0 +1,283 @@
+"""The embedded broker's file: opening it, its schema, and its one writer thread.
+
+WAL mode, ``synchronous=FULL`` (never weakened), every state change inside a
+``BEGIN IMMEDIATE`` transaction. Writes are *group-committed*: each caller hands
+its step to the writer thread and awaits it; the thread takes every step queued
+meanwhile, runs each in a savepoint of one ``BEGIN IMMEDIATE`` transaction, and
+answers the callers only after that transaction's ``COMMIT`` returned. A step
+therefore never reports a change that is not on disk, and concurrent claims and
+acknowledgments share one fsync instead of paying one each.
+
+Several processes on one host may share the file (producers, the CLI, workers):
+``BEGIN IMMEDIATE`` takes SQLite's write lock, so the claim transaction is the
+single writer's critical section across processes too (``busy_timeout`` waits
+for another process's transaction instead of failing).
+
+A corrupt file is detected at open (``PRAGMA quick_check``) and refused with one
+line; it is never recreated behind the user's back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import anyio
+
+from relay.application.ports import Clock
+from relay.domain.errors import DependencyUnavailable, RelayError
+
+T = TypeVar("T")
+Step = Callable[[sqlite3.Connection, int], Any]
+
+BUSY_TIMEOUT_MS: Final = 10_000
+MAX_BATCH: Final = 512  # steps per group commit
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 2,
+    payload BLOB,
+    state TEXT NOT NULL DEFAULT 'ready' CHECK (state IN ('ready', 'leased', 'acked')),
+    token TEXT,
+    consumer TEXT,
+    leased_ms INTEGER,
+    deliveries INTEGER NOT NULL DEFAULT 0,
+    expires_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (stream, priority, created_ms, seq)
+    WHERE state = 'ready';
+CREATE INDEX IF NOT EXISTS jobs_leased ON jobs (stream, leased_ms) WHERE state = 'leased';
+CREATE INDEX IF NOT EXISTS jobs_acked ON jobs (expires_ms) WHERE state = 'acked';
+CREATE TABLE IF NOT EXISTS ledger (
+    seq INTEGER NOT NULL,
+    field TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (seq, field)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dlq (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_ms INTEGER NOT NULL,
+    original_stream TEXT NOT NULL,
+    original_id TEXT NOT NULL,
+    grp TEXT NOT NULL,
+    consumer TEXT NOT NULL,
+    event TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    function TEXT NOT NULL,
+    handler TEXT NOT NULL,
+    deliveries INTEGER NOT NULL,
+    handler_attempts INTEGER NOT NULL,
+    timestamp TEXT NOT NULL
+);
+"""
+
+
+class CorruptBroker(RelayError):
+    """The broker file fails SQLite's integrity check (or is not a database)."""
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection with the broker's pragmas, in autocommit (transactions are ours)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+def open_checked(path: Path) -> sqlite3.Connection:
+    """Open (creating when absent) and check the file; raises :class:`CorruptBroker`
+    with one line naming the file, or ``DependencyUnavailable`` when it cannot be
+    opened at all."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DependencyUnavailable(f"broker file {path}: {exc.strerror or exc}") from exc
+    existed = path.exists() and path.stat().st_size > 0
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
+    except sqlite3.Error as exc:
+        raise DependencyUnavailable(f"broker file {path}: cannot open: {exc}") from exc
+    try:
+        if existed:
+            _quick_check(conn, path)
+        conn.close()
+        conn = connect(path)
+        conn.executescript(SCHEMA)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise _corrupt(path, str(exc)) from exc
+    return conn
+
+
+def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
+    rows = conn.execute("PRAGMA quick_check").fetchall()
+    problems = [str(r[0]) for r in rows if r[0] != "ok"]
+    if problems:
+        raise _corrupt(path, problems[0])
+
+
+def _corrupt(path: Path, why: str) -> CorruptBroker:
+    return CorruptBroker(
+        f"broker file {path} is corrupt ({why.splitlines()[0][:120]}); it was left as it is:"
+        " restore it from a backup or move it aside to start with an empty queue"
+    )
+
+
+class _Pending:
+    __slots__ = ("future", "loop", "step", "wakes")
+
+    def __init__(self, step: Step, loop: asyncio.AbstractEventLoop, wakes: bool) -> None:
+        self.step = step
+        self.loop = loop
+        self.wakes = wakes
+        self.future: asyncio.Future[Any] = loop.create_future()
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class BrokerStore:
+    """The open broker file and its writer thread (group commit)."""
+
+    def __init__(self, path: Path, clock: Clock) -> None:
+        self.path = path
+        self.clock = clock
+        self._conn = open_checked(path)
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="relay-broker-writer", daemon=True)
+        self._closed = False
+        self.commits = 0  # transactions committed (diagnostic: steps / commits = batch size)
+        self.steps = 0
+        # The lease token of each job this process holds (seq -> token): the fence
+        # every later transition of the job must present.
+        self.leases: dict[int, str] = {}
+        self._wakers: set[asyncio.Event] = set()
+        self._thread.start()
+
+    def now_ms(self) -> int:
+        return int(self.clock.now() * 1000)
+
+    async def write(
+        self, step: Callable[[sqlite3.Connection, int], T], *, wakes: bool = False
+    ) -> T:
+        """Run ``step(conn, now_ms)`` inside the next group commit; its result once
+        committed. Runs to its end even if the caller is cancelled meanwhile.
+        ``wakes``: the step makes jobs ready (readers blocked here look again)."""
+        if self._closed:
+            raise DependencyUnavailable("sqlite broker is closed")
+        pending = _Pending(step, asyncio.get_running_loop(), wakes)
+        self._queue.put(pending)
+        with anyio.CancelScope(shield=True):
+            result: T = await pending.future
+        return result
+
+    async def read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        """A read-only query on a connection of its own, in a worker thread."""
+
+        def run() -> T:
+            conn = connect(self.path)
+            try:
+                return query(conn)
+            except sqlite3.Error as exc:
+                raise DependencyUnavailable(f"sqlite broker read failed: {exc}") from exc
+            finally:
+                conn.close()
+
+        return await anyio.to_thread.run_sync(run)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            self._commit(batch)
+            if stop:
+                return
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        conn = self._conn
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            now_ms = self.now_ms()
+            for pending in batch:
+                outcomes.append(self._one(conn, pending.step, now_ms))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            failed = DependencyUnavailable(f"sqlite broker write failed: {exc}")
+            outcomes = [(None, failed) for _ in batch]
+        else:
+            self.commits += 1
+            self.steps += len(batch)
+        for pending, (result, error) in zip(batch, outcomes, strict=True):
+            with contextlib.suppress(RuntimeError):  # the caller's loop is gone (closed)
+                pending.loop.call_soon_threadsafe(_settle, pending.future, result, error)
+        self._wake(batch)
+
+    @staticmethod
+    def _one(conn: sqlite3.Connection, step: Step, now_ms: int) -> tuple[Any, BaseException | None]:
+        conn.execute("SAVEPOINT step")
+        try:
+            result = step(conn, now_ms)
+        except Exception as exc:  # noqa: BLE001 - one step's failure is that caller's alone
+            conn.execute("ROLLBACK TO step")
+            conn.execute("RELEASE step")
+            if isinstance(exc, sqlite3.Error):
+                return None, DependencyUnavailable(f"sqlite broker step failed: {exc}")
+            return None, exc
+        conn.execute("RELEASE step")
+        return result, None
+
+    # --- waking blocked readers in this process ------------------------------------
+    def waker(self) -> asyncio.Event:
+        """An event set whenever a committed batch made jobs ready (one per reader)."""
+        event = asyncio.Event()
+        self._wakers.add(event)
+        return event
+
+    def _wake(self, batch: list[_Pending]) -> None:
+        waking = [p for p in batch if p.wakes]
+        if not waking:
+            return
+        for event in list(self._wakers):
+            try:
+                waking[0].loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # that loop is closed
+                self._wakers.discard(event)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+        self._conn.close()
