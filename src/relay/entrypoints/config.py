@@ -292,7 +292,7 @@ def _broker(c: _Collector) -> BrokerSettings:
     if kind not in BROKERS:
         shown = (c.raw("RELAY_BROKER") or "")[:40]
         c.problems.append(f"RELAY_BROKER={shown!r} is invalid: one of redis, sqlite")
-        kind = "redis"
+        kind = ""  # no broker: its own variables are not asked for
     path = c.raw("RELAY_BROKER_PATH")
     return BrokerSettings(kind=kind, path=Path(path) if path else DEFAULT_BROKER_PATH)
 
@@ -300,6 +300,8 @@ def _broker(c: _Collector) -> BrokerSettings:
 def _delivery(
     c: _Collector, broker: BrokerSettings, *, need_stream: bool, need_group: bool
 ) -> RedisSettings:
+    if broker.kind == "":
+        return RedisSettings(url="", stream="", group="")
     if not broker.embedded:
         return _redis(c, need_stream=need_stream, need_group=need_group)
     return RedisSettings(
