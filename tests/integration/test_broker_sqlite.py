@@ -112,9 +112,13 @@ from relay.adapters.system import SystemClock
 async def main() -> None:
     store = BrokerStore(Path(sys.argv[1]), SystemClock())
     stream = SqliteEventStream(store, stream="events", group="relay", consumer=sys.argv[2])
+    ready, go = Path(sys.argv[3]), Path(sys.argv[4])
+    ready.touch()
+    while not go.exists():  # all three start claiming together
+        await anyio.sleep(0.01)
     empty = 0
     while empty < 3:
-        got = await stream.read(7, 0)
+        got = await stream.read(1, 0)
         empty = 0 if got else empty + 1
         for m in got:
             print(m.id, flush=True)
@@ -125,22 +129,27 @@ anyio.run(main)
 
 
 async def test_competing_claimers_in_three_processes_never_share_a_job(
-    path: Path, store: BrokerStore
+    tmp_path: Path, path: Path, store: BrokerStore
 ) -> None:
     """Row 70: three processes claim from one file at once; BEGIN IMMEDIATE makes
     each lease exclusive: every job is leased exactly once, none is lost."""
     ids = await publish(store, 900)
     claimed: list[str] = []
 
+    go = tmp_path / "go"
+
     async def claimer(n: int) -> None:
-        done = await anyio.run_process(
-            [sys.executable, "-c", _CLAIMER, str(path), f"claimer-{n}"], cwd=REPO
-        )
+        args = [str(path), f"claimer-{n}", str(tmp_path / f"ready-{n}"), str(go)]
+        done = await anyio.run_process([sys.executable, "-c", _CLAIMER, *args], cwd=REPO)
         claimed.extend(done.stdout.decode().split())
 
     async with anyio.create_task_group() as tg:
         for n in range(3):
             tg.start_soon(claimer, n)
+        with anyio.fail_after(60):
+            while not all((tmp_path / f"ready-{n}").exists() for n in range(3)):  # noqa: ASYNC110 - other processes
+                await anyio.sleep(0.01)
+        go.touch()
     assert len(claimed) == len(set(claimed)) == 900
     assert set(claimed) == set(ids)
     consumers = rows(path, "SELECT count(DISTINCT consumer) FROM jobs WHERE state = 'leased'")

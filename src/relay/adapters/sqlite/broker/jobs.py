@@ -47,49 +47,65 @@ def publish(
     return message_id(now_ms, cur.lastrowid)
 
 
-def _candidates(conn: sqlite3.Connection, stream: str) -> list[Candidate]:
-    """The oldest ready job of each class: four lookups on the partial index."""
-    found: list[Candidate] = []
-    for priority in range(len(PRIORITIES)):
-        row = conn.execute(
-            "SELECT created_ms, seq FROM jobs INDEXED BY jobs_ready"
-            " WHERE stream = ? AND state = 'ready' AND priority = ?"
-            " ORDER BY created_ms, seq LIMIT 1",
-            (stream, priority),
-        ).fetchone()
-        if row is not None:
-            found.append(Candidate(priority, row[0], row[1]))
-    return found
+# The oldest ``?`` ready jobs of each class, one partial-index range per class, in
+# one statement (each ``execute`` lets go of the GIL twice: fewer is faster).
+_CANDIDATES: Final = " UNION ALL ".join(
+    f"SELECT * FROM (SELECT {p}, created_ms, seq FROM jobs INDEXED BY jobs_ready"  # noqa: S608 - class numbers
+    f" WHERE stream = ? AND state = 'ready' AND priority = {p}"
+    " ORDER BY created_ms, seq LIMIT ?)"
+    for p in range(len(PRIORITIES))
+)
+
+
+def _candidates(conn: sqlite3.Connection, stream: str, count: int) -> list[list[Candidate]]:
+    """Per class, its ``count`` oldest ready jobs, oldest first."""
+    per_class: list[list[Candidate]] = [[] for _ in PRIORITIES]
+    args = (stream, count) * len(PRIORITIES)
+    for priority, created_ms, seq in conn.execute(_CANDIDATES, args):
+        per_class[priority].append(Candidate(priority, created_ms, seq))
+    return per_class
+
+
+def _winners(per_class: list[list[Candidate]], now_ms: int, count: int) -> list[Candidate]:
+    """``count`` claims in a row by the aging rule. Within one class the oldest job
+    is always its best (aging only helps the older), so each claim chooses among
+    the four heads, exactly as four single lookups per claim would."""
+    heads = [0] * len(per_class)
+    chosen: list[Candidate] = []
+    while len(chosen) < count:
+        winner = choose((c[heads[i]] for i, c in enumerate(per_class) if heads[i] < len(c)),
+                        now_ms)
+        if winner is None:
+            break
+        chosen.append(winner)
+        heads[winner.priority] += 1
+    return chosen
 
 
 def claim(
     conn: sqlite3.Connection, now_ms: int, stream: str, consumer: str, count: int
 ) -> list[tuple[StreamMessage, str]]:
-    """Lease up to ``count`` ready jobs, each chosen by the aging rule and fenced
-    with a fresh token; ``(message, token)`` pairs."""
+    """Lease up to ``count`` ready jobs, chosen by the aging rule, each fenced with
+    its own token (a fresh random part per claim, plus the job's row)."""
+    winners = _winners(_candidates(conn, stream, count), now_ms, count)
+    if not winners:
+        return []
+    marks = ",".join("?" * len(winners))
+    rows = conn.execute(
+        "UPDATE jobs SET state = 'leased', token = ? || '.' || seq, consumer = ?,"  # noqa: S608 - placeholders
+        " leased_ms = ?, deliveries = deliveries + 1"
+        f" WHERE seq IN ({marks}) AND state = 'ready'"
+        " RETURNING seq, payload, deliveries, token",
+        (new_token(), consumer, now_ms, *(w.seq for w in winners)),
+    ).fetchall()
+    by_seq = {seq: (payload, deliveries, token) for seq, payload, deliveries, token in rows}
     leased: list[tuple[StreamMessage, str]] = []
-    for _ in range(count):
-        winner = choose(_candidates(conn, stream), now_ms)
-        if winner is None:
-            break
-        token = new_token()
-        row = conn.execute(
-            "UPDATE jobs SET state = 'leased', token = ?, consumer = ?, leased_ms = ?,"
-            " deliveries = deliveries + 1 WHERE seq = ? AND state = 'ready'"
-            " RETURNING payload, deliveries",
-            (token, consumer, now_ms, winner.seq),
-        ).fetchone()
-        payload, deliveries = row
-        leased.append(
-            (
-                StreamMessage(
-                    id=message_id(winner.created_ms, winner.seq),
-                    payload=payload,
-                    deliveries=deliveries,
-                ),
-                token,
-            )
+    for w in winners:  # in the order chosen
+        payload, deliveries, token = by_seq[w.seq]
+        message = StreamMessage(
+            id=message_id(w.created_ms, w.seq), payload=payload, deliveries=deliveries
         )
+        leased.append((message, token))
     return leased
 
 

@@ -152,6 +152,15 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
+def _settle_all(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, result, error in answers:
+        _settle(future, result, error)
+
+
+class _StepFailed(Exception):
+    """A step raised inside a batch (its exception is the cause)."""
+
+
 class BrokerStore:
     """The open broker file and its writer thread (group commit)."""
 
@@ -177,14 +186,14 @@ class BrokerStore:
         self, step: Callable[[sqlite3.Connection, int], T], *, wakes: bool = False
     ) -> T:
         """Run ``step(conn, now_ms)`` inside the next group commit; its result once
-        committed. Runs to its end even if the caller is cancelled meanwhile.
+        committed. A step once queued runs to its end (and commits) even if the
+        caller is cancelled meanwhile; the cancelled caller just never hears of it.
         ``wakes``: the step makes jobs ready (readers blocked here look again)."""
         if self._closed:
             raise DependencyUnavailable("sqlite broker is closed")
         pending = _Pending(step, asyncio.get_running_loop(), wakes)
         self._queue.put(pending)
-        with anyio.CancelScope(shield=True):
-            result: T = await pending.future
+        result: T = await pending.future
         return result
 
     async def read(self, query: Callable[[sqlite3.Connection], T]) -> T:
@@ -222,40 +231,62 @@ class BrokerStore:
                 return
 
     def _commit(self, batch: list[_Pending]) -> None:
-        conn = self._conn
-        outcomes: list[tuple[Any, BaseException | None]] = []
+        """The whole batch in one transaction; if any step raises, the transaction
+        is rolled back and each step runs again in a transaction of its own, so one
+        failing step is its caller's alone (steps are functions of the database,
+        so running one again after a rollback is running it for the first time)."""
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            now_ms = self.now_ms()
-            for pending in batch:
-                outcomes.append(self._one(conn, pending.step, now_ms))
-            conn.execute("COMMIT")
+            outcomes = self._transaction(batch)
+        except _StepFailed:
+            outcomes = [self._alone(pending) for pending in batch]
         except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
             failed = DependencyUnavailable(f"sqlite broker write failed: {exc}")
             outcomes = [(None, failed) for _ in batch]
-        else:
-            self.commits += 1
-            self.steps += len(batch)
-        for pending, (result, error) in zip(batch, outcomes, strict=True):
-            with contextlib.suppress(RuntimeError):  # the caller's loop is gone (closed)
-                pending.loop.call_soon_threadsafe(_settle, pending.future, result, error)
+        self._answer(batch, outcomes)
         self._wake(batch)
 
-    @staticmethod
-    def _one(conn: sqlite3.Connection, step: Step, now_ms: int) -> tuple[Any, BaseException | None]:
-        conn.execute("SAVEPOINT step")
+    def _transaction(self, batch: list[_Pending]) -> list[tuple[Any, BaseException | None]]:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            result = step(conn, now_ms)
-        except Exception as exc:  # noqa: BLE001 - one step's failure is that caller's alone
-            conn.execute("ROLLBACK TO step")
-            conn.execute("RELEASE step")
+            now_ms = self.now_ms()
+            results: list[tuple[Any, BaseException | None]] = []
+            for pending in batch:
+                try:
+                    results.append((pending.step(conn, now_ms), None))
+                except Exception as exc:
+                    raise _StepFailed from exc
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self.commits += 1
+        self.steps += len(batch)
+        return results
+
+    def _alone(self, pending: _Pending) -> tuple[Any, BaseException | None]:
+        try:
+            return self._transaction([pending])[0]
+        except _StepFailed as failed:
+            exc = failed.__cause__
+            assert isinstance(exc, Exception)
             if isinstance(exc, sqlite3.Error):
                 return None, DependencyUnavailable(f"sqlite broker step failed: {exc}")
             return None, exc
-        conn.execute("RELEASE step")
-        return result, None
+        except sqlite3.Error as exc:
+            return None, DependencyUnavailable(f"sqlite broker write failed: {exc}")
+
+    @staticmethod
+    def _answer(batch: list[_Pending], outcomes: list[tuple[Any, BaseException | None]]) -> None:
+        """One wake-up per event loop for the whole batch, not one per step: each
+        ``call_soon_threadsafe`` writes to the loop's self-pipe."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, Any]]] = {}
+        for pending, (result, error) in zip(batch, outcomes, strict=True):
+            by_loop.setdefault(pending.loop, []).append((pending.future, result, error))
+        for loop, answers in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that loop is closed (shutdown)
+                loop.call_soon_threadsafe(_settle_all, answers)
 
     # --- waking blocked readers in this process ------------------------------------
     def waker(self) -> asyncio.Event:
