@@ -451,3 +451,30 @@ async def test_sigkill_and_restart_of_a_worker_loses_nothing_and_never_overlaps_
             assert open_runs.pop(mid) == pid
     assert set(runs_per_job) == set(ids)  # lost = 0
     assert sum(runs_per_job.values()) <= 1000 + 16  # reruns only of runs in flight at the kill
+
+
+async def test_a_failing_step_is_its_callers_alone_and_leaves_nothing_behind(
+    path: Path, store: BrokerStore
+) -> None:
+    """Row 78: a step that raises half-way through a group commit (after its first
+    write) is rolled back and reported to its caller only; the steps committed
+    with it in the same batch are committed once each."""
+
+    def half_then_fail(conn: sqlite3.Connection, now_ms: int) -> None:
+        jobs.publish(conn, now_ms, "events", b'{"half": true}', 2)
+        raise ValueError("this step fails after its first write")
+
+    failures: list[str] = []
+
+    async def bad() -> None:
+        try:
+            await store.write(half_then_fail)
+        except ValueError as exc:
+            failures.append(str(exc))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(30):
+            tg.start_soon(bad if i == 10 else publish, *(() if i == 10 else (store, 1)))
+    assert failures == ["this step fails after its first write"]
+    assert rows(path, "SELECT count(*) FROM jobs") == [(29,)]
+    assert rows(path, "SELECT count(*) FROM jobs WHERE payload LIKE '%half%'") == [(0,)]
