@@ -77,6 +77,7 @@ class _Effects:
         self._token = token
         self._retention_s = retention_s
         self.acknowledged = False
+        self.settled = False  # the rule asked for the acknowledgment
 
     def _job(self) -> tuple[bytes | None, int]:
         row = self._conn.execute(
@@ -117,6 +118,7 @@ class _Effects:
             jobs.touch(self._conn, self._now_ms, self._seq, self._token)
 
     def acknowledge(self) -> None:
+        self.settled = True
         if self._seq is not None:
             self.acknowledged = jobs.acknowledge(
                 self._conn, self._now_ms, self._seq, self._token, self._retention_s
@@ -165,10 +167,12 @@ class SqliteInvocationLedger:
             effects = _Effects(conn, now_ms, ctx, seq, token, retention)
             result = rule(after, now_ms, effects)
             _save(conn, seq, before, after)
-            return result, effects.acknowledged
+            return result, effects.settled
 
-        result, acknowledged = await store.write(step)
-        if acknowledged:
+        result, settled = await store.write(step)
+        if settled:
+            # Acknowledged, or the token no longer fences the job (acknowledged or
+            # taken over elsewhere): either way this process will not use it again.
             store.leases.pop(seq, None)
         return result
 
