@@ -25,7 +25,7 @@ from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 from relay.adapters.sqlite.broker.store import BrokerStore, CorruptBroker
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.domain.errors import DependencyUnavailable
-from relay.domain.invocation import Complete
+from relay.domain.invocation import Complete, Exhaust
 from relay.domain.outcome import (
     AttemptReport,
     BeginRequest,
@@ -478,3 +478,40 @@ async def test_a_failing_step_is_its_callers_alone_and_leaves_nothing_behind(
     assert failures == ["this step fails after its first write"]
     assert rows(path, "SELECT count(*) FROM jobs") == [(29,)]
     assert rows(path, "SELECT count(*) FROM jobs WHERE payload LIKE '%half%'") == [(0,)]
+
+
+async def test_a_terminal_job_is_never_leased_reclaimed_or_acknowledged_again(
+    path: Path, store: BrokerStore, clock: FakeClock
+) -> None:
+    """Row 86: terminal-state invariants. Once acknowledged (completed or
+    dead-lettered), a job is never read, reclaimed or acknowledged again, however
+    long it sits, and a late acknowledgment with its old token changes nothing."""
+    done, exhausted = await publish(store, 2)
+    stream = stream_on(store)
+    await stream.read(2, 0)
+    ledger = SqliteInvocationLedger(store)
+    await ledger.begin(begin_request(stream, done, "t1"))
+    assert (await ledger.finish(finish_request(stream, done, "t1"))).acknowledged
+    request = BeginRequest(
+        context=ctx(stream, exhausted), classification="matched:fn", token="t2",
+        claims=(ClaimRequest(field=A, max_attempts=1, lease_ms=60_000),), gates=(A,),
+    )
+    await ledger.begin(request)
+    report = AttemptReport(field=A, attempt=1, transition=Exhaust(), error="boom")
+    settled = await ledger.finish(FinishRequest(context=ctx(stream, exhausted), token="t2",
+                                                reports=(report,), gates=(A,)))
+    assert settled.acknowledged
+    assert [d.field for d in settled.dead_lettered] == [A]
+    states = rows(path, "SELECT state, expires_ms FROM jobs ORDER BY seq")
+    clock.advance(3600)
+    assert await stream.read(10, 0) == []
+    assert (await stream.reclaim(0, 10)).messages == ()
+    for message_id in (done, exhausted):
+        seq = jobs.seq_of(message_id) or 0
+
+        def late_ack(c: sqlite3.Connection, now: int, s: int = seq) -> bool:
+            return jobs.acknowledge(c, now, s, "any-token", 3600)
+
+        assert not await store.write(late_ack)
+    assert rows(path, "SELECT state, expires_ms FROM jobs ORDER BY seq") == states
+    assert rows(path, "SELECT count(*) FROM dlq") == [(1,)]
