@@ -153,3 +153,24 @@ def test_relay_publish_appends_with_priority_and_count(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert rows == [(1, b'{"a": 1}')] * 3 + [(2, b'{"b": 1}'), (2, b'{"b": 2}')]
+
+
+@pytest.mark.docker
+def test_relay_health_checks_the_broker_file(tmp_path: Path) -> None:
+    """Row 88: ``relay health`` on the embedded broker: a missing or corrupt file is
+    one line and exit 1; a sound one (and Docker answering) is ``ok``."""
+    path = tmp_path / "broker.sqlite3"
+    env = no_redis_env(RELAY_BROKER="sqlite", RELAY_BROKER_PATH=str(path),
+                       RELAY_RUN_DIR=str(tmp_path / "run"))
+    missing = run_relay(["health"], env)
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1, f"relay: broker file {path} does not exist (is a worker running here?)"
+    )
+    path.write_bytes(b"no database here\n" * 10)
+    corrupt = run_relay(["health"], env)
+    assert corrupt.returncode == 1
+    assert corrupt.stderr.strip().startswith(f"relay: broker file {path} is corrupt (")
+    path.unlink()
+    assert run_relay(["publish", "--event", "{}"], env).returncode == 0  # creates the file
+    healthy = run_relay(["health"], env)
+    assert (healthy.returncode, healthy.stdout.strip()) == (0, "ok"), healthy.stderr
