@@ -69,6 +69,7 @@ class _Effects:
         seq: int | None,
         token: str | None,
         retention_s: int,
+        acks: list[tuple[int, int, str]],
     ) -> None:
         self._conn = conn
         self._now_ms = now_ms
@@ -76,7 +77,7 @@ class _Effects:
         self._seq = seq
         self._token = token
         self._retention_s = retention_s
-        self.acknowledged = False
+        self._acks = acks
         self.settled = False  # the rule asked for the acknowledgment
 
     def _job(self) -> tuple[bytes | None, int]:
@@ -119,29 +120,57 @@ class _Effects:
 
     def acknowledge(self) -> None:
         self.settled = True
-        if self._seq is not None:
-            self.acknowledged = jobs.acknowledge(
-                self._conn, self._now_ms, self._seq, self._token, self._retention_s
+        if self._seq is not None and self._token is not None:
+            self._acks.append((self._now_ms + self._retention_s * 1000, self._seq, self._token))
+
+
+class _Ledgers:
+    """The ledger rows of every message a transaction's steps are about: loaded
+    with one query at the first step, changed in place by each step in turn (so
+    two steps on one message in one transaction see each other's changes, as two
+    transactions would), written back with one statement per kind right before
+    the ``COMMIT``, with the acknowledgments."""
+
+    def __init__(self, conn: sqlite3.Connection, keys: set[int]) -> None:
+        self.loaded: dict[int, dict[str, str]] = {seq: {} for seq in keys}
+        self.acks: list[tuple[int, int, str]] = []
+        if keys:
+            marks = ",".join("?" * len(keys))
+            for seq, f, v in conn.execute(
+                f"SELECT seq, field, value FROM ledger WHERE seq IN ({marks})",  # noqa: S608 - placeholders
+                tuple(keys),
+            ):
+                self.loaded[seq][f] = v
+        self.original = {seq: dict(h) for seq, h in self.loaded.items()}
+
+    def get(self, conn: sqlite3.Connection, seq: int) -> dict[str, str]:
+        if seq not in self.loaded:  # a step whose key was not given
+            rows = conn.execute("SELECT field, value FROM ledger WHERE seq = ?", (seq,))
+            self.loaded[seq] = dict(rows.fetchall())
+            self.original[seq] = dict(self.loaded[seq])
+        return self.loaded[seq]
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        gone: list[tuple[int, str]] = []
+        changed: list[tuple[int, str, str]] = []
+        for seq, after in self.loaded.items():
+            before = self.original[seq]
+            gone += [(seq, f) for f in before if f not in after]
+            changed += [(seq, f, v) for f, v in after.items() if before.get(f) != v]
+        if gone:
+            conn.executemany("DELETE FROM ledger WHERE seq = ? AND field = ?", gone)
+        if changed:
+            conn.executemany(
+                "INSERT INTO ledger (seq, field, value) VALUES (?, ?, ?)"
+                " ON CONFLICT (seq, field) DO UPDATE SET value = excluded.value",
+                changed,
             )
-
-
-def _load(conn: sqlite3.Connection, seq: int) -> dict[str, str]:
-    return dict(conn.execute("SELECT field, value FROM ledger WHERE seq = ?", (seq,)).fetchall())
-
-
-def _save(
-    conn: sqlite3.Connection, seq: int, before: dict[str, str], after: dict[str, str]
-) -> None:
-    gone = [(seq, f) for f in before if f not in after]
-    changed = [(seq, f, v) for f, v in after.items() if before.get(f) != v]
-    if gone:
-        conn.executemany("DELETE FROM ledger WHERE seq = ? AND field = ?", gone)
-    if changed:
-        conn.executemany(
-            "INSERT INTO ledger (seq, field, value) VALUES (?, ?, ?)"
-            " ON CONFLICT (seq, field) DO UPDATE SET value = excluded.value",
-            changed,
-        )
+        if self.acks:  # leased -> acked, each fenced by its lease token
+            conn.executemany(
+                "UPDATE jobs SET state = 'acked', token = NULL, expires_ms = ?"
+                " WHERE seq = ? AND state = 'leased' AND token = ?",
+                self.acks,
+            )
 
 
 class SqliteInvocationLedger:
@@ -162,14 +191,17 @@ class SqliteInvocationLedger:
         retention = self._retention_s
 
         def step(conn: sqlite3.Connection, now_ms: int) -> tuple[T, bool]:
-            before = _load(conn, seq)
-            after = dict(before)
-            effects = _Effects(conn, now_ms, ctx, seq, token, retention)
-            result = rule(after, now_ms, effects)
-            _save(conn, seq, before, after)
+            batch = store.batch
+            ledgers = batch.scope.get("ledgers")
+            if ledgers is None:
+                ledgers = batch.scope["ledgers"] = _Ledgers(conn, batch.keys)
+                batch.before_commit(ledgers.flush)
+            h = ledgers.get(conn, seq)
+            effects = _Effects(conn, now_ms, ctx, seq, token, retention, ledgers.acks)
+            result = rule(h, now_ms, effects)
             return result, effects.settled
 
-        result, settled = await store.write(step)
+        result, settled = await store.write(step, key=seq)
         if settled:
             # Acknowledged, or the token no longer fences the job (acknowledged or
             # taken over elsewhere): either way this process will not use it again.

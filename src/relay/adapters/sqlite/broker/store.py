@@ -134,12 +134,15 @@ def _corrupt(path: Path, why: str) -> CorruptBroker:
 
 
 class _Pending:
-    __slots__ = ("future", "loop", "step", "wakes")
+    __slots__ = ("future", "key", "loop", "step", "wakes")
 
-    def __init__(self, step: Step, loop: asyncio.AbstractEventLoop, wakes: bool) -> None:
+    def __init__(
+        self, step: Step, loop: asyncio.AbstractEventLoop, wakes: bool, key: int | None
+    ) -> None:
         self.step = step
         self.loop = loop
         self.wakes = wakes
+        self.key = key
         self.future: asyncio.Future[Any] = loop.create_future()
 
 
@@ -161,6 +164,25 @@ class _StepFailed(Exception):
     """A step raised inside a batch (its exception is the cause)."""
 
 
+class Batch:
+    """What the steps of one transaction share (writer thread only): the ``key``
+    of every step in it (a step's job row, so a step can load what all of them
+    need in one query), a scratch ``scope``, and work to run right before the
+    ``COMMIT`` (writing back what the steps changed, in one statement per table)."""
+
+    def __init__(self, keys: set[int]) -> None:
+        self.keys = keys
+        self.scope: dict[str, Any] = {}
+        self._before_commit: list[Callable[[sqlite3.Connection], None]] = []
+
+    def before_commit(self, flush: Callable[[sqlite3.Connection], None]) -> None:
+        self._before_commit.append(flush)
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        for flush in self._before_commit:
+            flush(conn)
+
+
 class BrokerStore:
     """The open broker file and its writer thread (group commit)."""
 
@@ -177,21 +199,27 @@ class BrokerStore:
         # every later transition of the job must present.
         self.leases: dict[int, str] = {}
         self._wakers: set[asyncio.Event] = set()
+        self.batch = Batch(set())  # the transaction being built (writer thread only)
         self._thread.start()
 
     def now_ms(self) -> int:
         return int(self.clock.now() * 1000)
 
     async def write(
-        self, step: Callable[[sqlite3.Connection, int], T], *, wakes: bool = False
+        self,
+        step: Callable[[sqlite3.Connection, int], T],
+        *,
+        wakes: bool = False,
+        key: int | None = None,
     ) -> T:
         """Run ``step(conn, now_ms)`` inside the next group commit; its result once
         committed. A step once queued runs to its end (and commits) even if the
         caller is cancelled meanwhile; the cancelled caller just never hears of it.
-        ``wakes``: the step makes jobs ready (readers blocked here look again)."""
+        ``wakes``: the step makes jobs ready (readers blocked here look again);
+        ``key``: the job the step is about (see :class:`Batch`)."""
         if self._closed:
             raise DependencyUnavailable("sqlite broker is closed")
-        pending = _Pending(step, asyncio.get_running_loop(), wakes)
+        pending = _Pending(step, asyncio.get_running_loop(), wakes, key)
         self._queue.put(pending)
         result: T = await pending.future
         return result
@@ -250,12 +278,17 @@ class BrokerStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             now_ms = self.now_ms()
+            self.batch = Batch({p.key for p in batch if p.key is not None})
             results: list[tuple[Any, BaseException | None]] = []
             for pending in batch:
                 try:
                     results.append((pending.step(conn, now_ms), None))
                 except Exception as exc:
                     raise _StepFailed from exc
+            try:
+                self.batch.flush(conn)
+            except Exception as exc:
+                raise _StepFailed from exc
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
