@@ -82,7 +82,11 @@ async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
 
 async def _sqlite(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
     store = await anyio.to_thread.run_sync(BrokerStore, settings.broker.path, clock)
-    stack.callback(store.close)
+
+    async def close() -> None:  # joins the writer thread: not on the event loop
+        await anyio.to_thread.run_sync(store.close)
+
+    stack.push_async_callback(_shielded(close))
     stream = SqliteEventStream(
         store,
         stream=settings.redis.stream,
