@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -37,7 +38,7 @@ def test_publish_appends_event_entries_and_ignores_priority_with_a_note(
     ids = done.stdout.split() + piped.stdout.split()
     client = redis.Redis.from_url(redis_url)
     try:
-        entries = client.xrange(stream)
+        entries: Any = client.xrange(stream)
     finally:
         client.close()
     assert [i.decode() for i, _ in entries] == ids
