@@ -7,6 +7,7 @@ frozen clock (``FakeClock``) handed to the broker, never on sleeps.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -515,3 +516,22 @@ async def test_a_terminal_job_is_never_leased_reclaimed_or_acknowledged_again(
         assert not await store.write(late_ack)
     assert rows(path, "SELECT state, expires_ms FROM jobs ORDER BY seq") == states
     assert rows(path, "SELECT count(*) FROM dlq") == [(1,)]
+
+
+async def test_the_broker_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """The file holds event payloads: 0600 with its ``-wal``/``-shm``, and the
+    directories Relay creates 0700, as for the state database."""
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "new" / "dir" / "broker.sqlite3"
+        s = BrokerStore(path, FakeClock())
+        try:
+            await publish(s, 1)
+            modes = {p.name: p.stat().st_mode & 0o777 for p in path.parent.iterdir()}
+        finally:
+            s.close()
+    finally:
+        os.umask(old)
+    assert modes == {"broker.sqlite3": 0o600, "broker.sqlite3-wal": 0o600,
+                     "broker.sqlite3-shm": 0o600}
+    assert {(tmp_path / d).stat().st_mode & 0o777 for d in ("new", "new/dir")} == {0o700}

@@ -30,6 +30,7 @@ from typing import Any, Final, TypeVar
 
 import anyio
 
+from relay.adapters.fs.private import private_directory, private_file, tighten_if_present
 from relay.application.ports import Clock
 from relay.domain.errors import DependencyUnavailable, RelayError
 
@@ -97,12 +98,16 @@ def connect(path: Path) -> sqlite3.Connection:
 def open_checked(path: Path) -> sqlite3.Connection:
     """Open (creating when absent) and check the file; raises :class:`CorruptBroker`
     with one line naming the file, or ``DependencyUnavailable`` when it cannot be
-    opened at all."""
+    opened at all. The file holds event payloads: like the state database it is
+    0600 (and directories Relay creates 0700), whatever the umask."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists() and path.stat().st_size > 0
+        private_directory(path.parent)
+        private_file(path)
+        for suffix in ("-wal", "-shm"):
+            tighten_if_present(path.with_name(path.name + suffix))
     except OSError as exc:
         raise DependencyUnavailable(f"broker file {path}: {exc.strerror or exc}") from exc
-    existed = path.exists() and path.stat().st_size > 0
     try:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
     except sqlite3.Error as exc:
