@@ -22,6 +22,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from relay.adapters.brokers import Broker, open_broker
 from relay.adapters.control.lock import ProcessLock
 from relay.adapters.control.server import ControlServer
 from relay.adapters.docker.connection import connect_docker, engine_is_local
@@ -35,16 +36,9 @@ from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
 from relay.adapters.git.webhook import git_webhook
 from relay.adapters.linewriter import DroppedLines, writer_for
-from relay.adapters.metrics.backlog import redis_backlog_reader
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.server import MetricsServer, sample_backlog
 from relay.adapters.metrics.subscribers import InstrumentedImageBuilder, subscribe
-from relay.adapters.redis.connection import connect_redis
-from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
-from relay.adapters.redis.ledger import RedisInvocationLedger
-from relay.adapters.redis.retention import RetentionTrimmer
-from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurrencePublisher
-from relay.adapters.redis.stream import RedisEventStream
 from relay.adapters.sqlite.db import open_db
 from relay.adapters.sqlite.state_view import SqliteStateView
 from relay.adapters.sqlite.stats_store import SqliteStatsStore
@@ -92,6 +86,7 @@ def _direct_dir(docker: Any, wanted: Path) -> Path | None:
         requests_go="through the engine's attach stream",
     )
     return None
+
 
 # A background loop: ``async def run(*, task_status)`` started with ``TaskGroup.start``.
 Loop = Callable[..., Coroutine[Any, Any, None]]
@@ -247,17 +242,8 @@ async def build_worker(
         stack.callback(lock.close)
         if output is None:  # closed after everything else: what is queued goes out
             output = _stdout_output(stack)
-        # 2. Redis and the consumer group.
-        redis = await connect_redis(settings.redis.url)
-        stack.push_async_callback(_shielded(redis.aclose))
-        stream = RedisEventStream(
-            redis,
-            stream=settings.redis.stream,
-            group=settings.redis.group,
-            consumer=settings.hostname,
-            ledger_ttl_s=settings.ledger_retention_ns // 10**9,
-        )
-        await stream.ensure_group()
+        # 2. The broker: Redis and the consumer group, or the embedded broker file.
+        broker = await open_broker(stack, settings, clock)
         # 3. Docker, the NETWORKS check, and the orphan sweep.
         docker = await connect_docker()
         stack.push_async_callback(_shielded(docker.close))
@@ -297,14 +283,12 @@ async def build_worker(
             secrets=secret_store,
             clock=clock,
             tokens=RandomTokenSource(),
-            stream=stream,
-            ledger=RedisInvocationLedger(
-                redis, acked_ttl_s=settings.ledger_retention_ns // 10**9
-            ),
-            dead_letters=RedisDeadLetterReader(redis, settings.redis.stream),
+            stream=broker.stream,
+            ledger=broker.ledger,
+            dead_letters=broker.dead_letters,
             stats=stats,
             max_event_bytes=settings.max_event_bytes,
-            history=RedisOccurrenceHistory(redis, settings.redis.stream, settings.redis.group),
+            history=broker.history,
             services=services,
         )
         subscribe(bus, metrics)
@@ -326,8 +310,7 @@ async def build_worker(
             settings,
             functions_dir,
             lock=lock,
-            redis=redis,
-            stream=stream,
+            broker=broker,
             metrics=metrics,
             slots=slots,
             stats=stats,
@@ -364,8 +347,7 @@ def _add_loops(
     functions_dir: Path,
     *,
     lock: ProcessLock,
-    redis: Any,
-    stream: RedisEventStream,
+    broker: Broker,
     metrics: Metrics,
     slots: Slots,
     stats: StatsRecorder,
@@ -389,6 +371,7 @@ def _add_loops(
     async def on_full_pass() -> None:
         await bus.send(cmd.ReconcileAll())
 
+    stream = broker.stream
     consumer = ConsumerLoop(stream, dispatch, buffer)
     recovery = RecoveryLoop(
         stream,
@@ -401,40 +384,33 @@ def _add_loops(
     worker.stop = GracefulStop(
         [consumer, recovery], buffer, grace_s=settings.shutdown_grace_ns / 1e9
     )
-    # A Redis outage shows in `relay health` while the loops keep retrying.
-    worker.composition.health.watch("redis", lambda: consumer.health.healthy)
-    worker.composition.health.watch("redis recovery", lambda: recovery.health.healthy)
+    # A broker outage shows in `relay health` while the loops keep retrying.
+    worker.composition.health.watch(broker.name, lambda: consumer.health.healthy)
+    worker.composition.health.watch(f"{broker.name} recovery", lambda: recovery.health.healthy)
     control = ControlServer(lock, bus.send)
-    scheduler = Scheduler(
-        registry=worker.registry,
-        publisher=RedisOccurrencePublisher(redis, settings.redis.stream),
-        clock=clock,
-        notify=bus.notify,
-    )
     worker.loops += [
         ("control", control.serve),
         ("stats", stats.run),
         ("watcher", FunctionsWatcher(functions_dir, on_change, on_full_pass).run),
         ("consumer", consumer.run),
         ("recovery", recovery.run),
-        ("scheduler", scheduler.run),
-        (
-            "backlog",
-            _bind(
-                sample_backlog,
-                redis_backlog_reader(redis, settings.redis.stream, settings.redis.group),
-                metrics,
-            ),
-        ),
+        ("backlog", _bind(sample_backlog, broker.backlog, metrics)),
     ]
     if settings.metrics_addr is not None:
         server = MetricsServer(metrics, str(settings.metrics_addr))
         worker.loops.append(("metrics", server.run))
-    if settings.stream_retention_ns is not None:
-        trimmer = RetentionTrimmer(
-            redis, settings.redis.stream, settings.stream_retention_ns, clock
+    worker.loops += broker.loops
+    if broker.publisher is not None:
+        scheduler = Scheduler(
+            registry=worker.registry, publisher=broker.publisher, clock=clock, notify=bus.notify
         )
-        worker.loops.append(("retention", trimmer.run))
+        worker.loops.append(("scheduler", scheduler.run))
+    else:
+        log.warning(
+            "schedules_not_published",
+            broker=broker.name,
+            reason="the embedded broker has no publish-if-new for schedules yet",
+        )
 
 
 async def _git_webhook(
@@ -446,9 +422,13 @@ async def _git_webhook(
         log.info("git_webhook_disabled", reason="GIT_WEBHOOK_ADDR is not set")
         return []
     wired = git_webhook(
-        host=addr.host, port=addr.port, state_dir=settings.paths.state_dir,
-        functions_dir=functions_dir, secrets=FileSecretStore(settings.paths.secrets_dir),
-        notify=bus.notify, clock=time.time,
+        host=addr.host,
+        port=addr.port,
+        state_dir=settings.paths.state_dir,
+        functions_dir=functions_dir,
+        secrets=FileSecretStore(settings.paths.secrets_dir),
+        notify=bus.notify,
+        clock=time.time,
     )
     if wired is None:
         return []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,11 @@ import redis.asyncio
 from relay.adapters.redis.keys import dlq_key, invocation_key
 from relay.adapters.redis.ledger import RedisInvocationLedger
 from relay.adapters.redis.stream import RedisEventStream
+from relay.adapters.sqlite.broker import jobs
+from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
+from relay.adapters.sqlite.broker.store import BrokerStore, connect
+from relay.adapters.sqlite.broker.stream import SqliteEventStream
+from relay.adapters.system import SystemClock
 from relay.application.ports import EventStream, InvocationLedger
 from relay.domain.outcome import MessageContext, StreamMessage
 from tests.fakes import FakeClock, InMemoryDeadLetterQueue, InMemoryEventStream, InMemoryLedger
@@ -143,6 +149,80 @@ class RedisHarness(Harness):
         await self.client.delete(dlq_key(self.stream.stream))
 
 
+class SqliteHarness(Harness):
+    """The embedded broker on a fresh file; inspection reads the file directly."""
+
+    def __init__(self, path: Path) -> None:
+        self.store = BrokerStore(path, SystemClock())
+        self.sqlite_stream = SqliteEventStream(
+            self.store, stream="events", group="relay", consumer="worker-1"
+        )
+        self.stream = self.sqlite_stream
+        self.ledger = SqliteInvocationLedger(self.store)
+        self._path = path
+
+    def _query(self, sql: str, *args: Any) -> list[Any]:
+        conn = connect(self._path)
+        try:
+            return conn.execute(sql, args).fetchall()
+        finally:
+            conn.close()
+
+    def _seq(self, message_id: str) -> int:
+        seq = jobs.seq_of(message_id)
+        assert seq is not None
+        return seq
+
+    async def add(self, payload: bytes | None) -> str:
+        return await self.store.write(
+            lambda c, now: jobs.publish(c, now, "events", payload, 2), wakes=True
+        )
+
+    async def hash(self, message_id: str) -> dict[str, str]:
+        rows = self._query("SELECT field, value FROM ledger WHERE seq = ?", self._seq(message_id))
+        return dict(rows)
+
+    async def set_field(self, message_id: str, field: str, value: str) -> None:
+        seq = self._seq(message_id)
+        await self.store.write(
+            lambda c, _: c.execute(
+                "INSERT OR REPLACE INTO ledger (seq, field, value) VALUES (?, ?, ?)",
+                (seq, field, value),
+            )
+        )
+
+    async def ttl(self, message_id: str) -> int:
+        [(state, expires)] = self._query(
+            "SELECT state, expires_ms FROM jobs WHERE seq = ?", self._seq(message_id)
+        )
+        if state != "acked":
+            return -1
+        return int((expires - self.store.now_ms()) // 1000)
+
+    async def pending(self) -> set[str]:
+        rows = self._query("SELECT created_ms, seq FROM jobs WHERE state = 'leased'")
+        return {jobs.message_id(created, seq) for created, seq in rows}
+
+    async def dlq(self) -> list[dict[str, str]]:
+        rows = self._query(
+            "SELECT original_stream, original_id, grp, consumer, event, reason, function,"
+            " handler, deliveries, handler_attempts, timestamp FROM dlq ORDER BY seq"
+        )
+        names = ("original_stream", "original_id", "group", "consumer", "event", "reason",
+                 "function", "handler", "deliveries", "handler_attempts", "timestamp")
+        return [{n: str(v) for n, v in zip(names, row, strict=True)} for row in rows]
+
+    async def break_dlq(self) -> None:
+        # What a full disk or a read-only table would do to the insert, and nothing else.
+        await self.store.write(lambda c, _: c.execute(
+            "CREATE TRIGGER dlq_broken BEFORE INSERT ON dlq"
+            " BEGIN SELECT RAISE(ABORT, 'dead-letter table refuses writes'); END"
+        ))
+
+    async def repair_dlq(self) -> None:
+        await self.store.write(lambda c, _: c.execute("DROP TRIGGER IF EXISTS dlq_broken"))
+
+
 def redis_url_for(request: pytest.FixtureRequest) -> str:
     """The session Redis; ``RELAY_DEV_REDIS_URL`` points at a private server instead
     (developing without the container test bed)."""
@@ -150,10 +230,17 @@ def redis_url_for(request: pytest.FixtureRequest) -> str:
     return override or str(request.getfixturevalue("redis_url"))
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis), "sqlite"])
+async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
     if request.param == "memory":
         yield MemoryHarness()
+        return
+    if request.param == "sqlite":
+        sqlite_harness = SqliteHarness(tmp_path / "broker.sqlite3")
+        try:
+            yield sqlite_harness
+        finally:
+            sqlite_harness.store.close()
         return
     url = redis_url_for(request)
     unique: str = request.getfixturevalue("unique")

@@ -34,6 +34,10 @@ DEFAULT_RUN_DIR = Path("/run/relay")
 DEFAULT_FUNCTIONS_DIR = Path("/functions")
 # How long a stopping worker lets in-flight invocations finish (SHUTDOWN_GRACE).
 DEFAULT_SHUTDOWN_GRACE_NS = 30 * SECOND
+BROKERS = ("redis", "sqlite")
+DEFAULT_BROKER_PATH = DEFAULT_STATE_DIR / "broker.sqlite3"
+EMBEDDED_STREAM = "events"  # the stream and group names on the embedded broker
+EMBEDDED_GROUP = "relay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,19 @@ class RedisSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """Which broker delivers events: ``redis`` (the default) or ``sqlite`` (the
+    embedded broker file at ``path``)."""
+
+    kind: str = "redis"
+    path: Path = DEFAULT_BROKER_PATH
+
+    @property
+    def embedded(self) -> bool:
+        return self.kind == "sqlite"
+
+
+@dataclass(frozen=True, slots=True)
 class TraefikSettings:
     network: str | None = None
     entrypoints: tuple[str, ...] = ()
@@ -107,6 +124,7 @@ class Settings:
     """Everything ``relay start`` needs from the environment, validated."""
 
     redis: RedisSettings
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
     stream_retention_ns: int | None = None
     ledger_retention_ns: int = LEDGER_RETENTION_NS
     metrics_addr: ListenAddress | None = None
@@ -170,8 +188,10 @@ class _Collector:
 def load_settings(env: Mapping[str, str]) -> Settings:
     """Validate the environment into :class:`Settings` or raise :class:`ConfigError`."""
     c = _Collector(env)
+    broker = _broker(c)
     settings = Settings(
-        redis=_redis(c, need_stream=True, need_group=True),
+        redis=_delivery(c, broker, need_stream=True, need_group=True),
+        broker=broker,
         stream_retention_ns=c.parse(
             "REDIS_STREAM_RETENTION", positive_duration, None, "a positive Go duration such as 6h"
         ),
@@ -251,6 +271,44 @@ def load_redis_settings(
     if c.problems:
         raise ConfigError("\n".join(c.problems))
     return redis
+
+
+def load_broker_settings(
+    env: Mapping[str, str], *, need_stream: bool = True, need_group: bool = True
+) -> tuple[BrokerSettings, RedisSettings]:
+    """The broker choice and its stream settings, for admin commands: with the
+    embedded broker ``REDIS_URI`` is not required and the names have defaults."""
+    c = _Collector(env)
+    broker = _broker(c)
+    redis = _delivery(c, broker, need_stream=need_stream, need_group=need_group)
+    if c.problems:
+        raise ConfigError("\n".join(c.problems))
+    return broker, redis
+
+
+def _broker(c: _Collector) -> BrokerSettings:
+    """``RELAY_BROKER`` (redis or sqlite) and ``RELAY_BROKER_PATH``."""
+    kind = (c.raw("RELAY_BROKER") or "redis").lower()
+    if kind not in BROKERS:
+        shown = (c.raw("RELAY_BROKER") or "")[:40]
+        c.problems.append(f"RELAY_BROKER={shown!r} is invalid: one of redis, sqlite")
+        kind = ""  # no broker: its own variables are not asked for
+    path = c.raw("RELAY_BROKER_PATH")
+    return BrokerSettings(kind=kind, path=Path(path) if path else DEFAULT_BROKER_PATH)
+
+
+def _delivery(
+    c: _Collector, broker: BrokerSettings, *, need_stream: bool, need_group: bool
+) -> RedisSettings:
+    if broker.kind == "":
+        return RedisSettings(url="", stream="", group="")
+    if not broker.embedded:
+        return _redis(c, need_stream=need_stream, need_group=need_group)
+    return RedisSettings(
+        url="",
+        stream=c.raw("REDIS_STREAM") or EMBEDDED_STREAM,
+        group=c.raw("REDIS_GROUP") or EMBEDDED_GROUP,
+    )
 
 
 def _redis(c: _Collector, *, need_stream: bool, need_group: bool) -> RedisSettings:

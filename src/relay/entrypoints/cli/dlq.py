@@ -7,7 +7,8 @@ entry; ``replay`` re-runs the entry's recorded handler on the running worker and
 the entry is deleted only once that handler succeeded.
 
 Settings come from the environment: ``REDIS_URI`` and ``REDIS_STREAM`` (and
-``REDIS_GROUP`` for ``replay``), read by :mod:`relay.entrypoints.config`.
+``REDIS_GROUP`` for ``replay``), read by :mod:`relay.entrypoints.config`; with
+``RELAY_BROKER=sqlite`` the embedded broker's ``dlq`` table instead (same output).
 """
 
 from __future__ import annotations
@@ -18,15 +19,13 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
-import anyio
 import typer
-from redis.asyncio import Redis
 
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
-from relay.adapters.redis.dlq_reader import RedisDeadLetterReader, StoredDeadLetter
-from relay.domain.errors import RelayError
+from relay.adapters.redis.dlq_reader import StoredDeadLetter
+from relay.entrypoints.cli.brokers import DeadLetters, broker_settings, with_dead_letters
 from relay.entrypoints.cli.common import fail, out
-from relay.entrypoints.config import RedisSettings, load_paths, load_redis_settings
+from relay.entrypoints.config import BrokerSettings, RedisSettings, load_paths
 
 T = TypeVar("T")
 
@@ -38,27 +37,15 @@ app = typer.Typer(
 )
 
 
-def _settings(*, need_group: bool = False) -> RedisSettings:
-    try:
-        return load_redis_settings(os.environ, need_group=need_group)
-    except RelayError as exc:
-        fail("; ".join(str(exc).splitlines()))
+Settings = tuple[BrokerSettings, RedisSettings]
 
 
-def _with_reader(
-    settings: RedisSettings, action: Callable[[RedisDeadLetterReader], Awaitable[T]]
-) -> T:
-    async def run() -> T:
-        redis = Redis.from_url(settings.url, socket_connect_timeout=5, socket_timeout=10)
-        try:
-            return await action(RedisDeadLetterReader(redis, settings.stream))
-        finally:
-            await redis.aclose()
+def _settings(*, need_group: bool = False) -> Settings:
+    return broker_settings(need_group=need_group)
 
-    try:
-        return anyio.run(run)
-    except RelayError as exc:
-        fail(str(exc))
+
+def _with_reader(settings: Settings, action: Callable[[DeadLetters], Awaitable[T]]) -> T:
+    return with_dead_letters(settings, action)
 
 
 @app.command("ls")
@@ -68,7 +55,7 @@ def ls(
 ) -> None:
     """List dead-lettered entries, newest first."""
 
-    async def collect(reader: RedisDeadLetterReader) -> tuple[list[StoredDeadLetter], int]:
+    async def collect(reader: DeadLetters) -> tuple[list[StoredDeadLetter], int]:
         rows: list[StoredDeadLetter] = []
         async for entry in reader.entries(newest_first=not oldest_first):
             rows.append(entry)
@@ -109,7 +96,7 @@ def rm(entry_id: str) -> None:
     out(f"Removed {entry.id}")
 
 
-async def _delete(reader: RedisDeadLetterReader, entry_id: str) -> StoredDeadLetter:
+async def _delete(reader: DeadLetters, entry_id: str) -> StoredDeadLetter:
     entry = await reader.get(entry_id)
     await reader.delete(entry.id)
     return entry

@@ -23,11 +23,18 @@ def start(
     functions: Annotated[
         Path, typer.Option("--functions", help="Functions directory (default /functions).")
     ] = Path("/functions"),
+    embedded: Annotated[
+        bool,
+        typer.Option("--embedded", help="Use the embedded SQLite broker (RELAY_BROKER=sqlite)."),
+    ] = False,
 ) -> None:
     """Consume events, build and run functions, reconcile live; blocks until signalled."""
     from relay.entrypoints.daemon import main as daemon_main  # heavy imports only here
 
-    raise typer.Exit(daemon_main(dict(os.environ), functions))
+    env = dict(os.environ)
+    if embedded:
+        env["RELAY_BROKER"] = "sqlite"
+    raise typer.Exit(daemon_main(env, functions))
 
 
 def health() -> None:

@@ -35,7 +35,7 @@ from relay.domain.ledger_rules import parse_claim_stamp, parse_class_stamp
 from relay.domain.retention import StreamId
 from relay.domain.schedule import ID_PREFIX
 from relay.entrypoints.cli.common import fail, out
-from relay.entrypoints.config import RedisSettings, load_redis_settings
+from relay.entrypoints.config import BrokerSettings, RedisSettings, load_broker_settings
 
 DLQ_SCAN_LIMIT = 10_000  # DLQ entries examined (from the message's time on) per trace
 _PAGE = 500
@@ -51,11 +51,14 @@ def trace(message_id: str = typer.Argument(..., help="Stream message id")) -> No
     except ValueError:
         fail(f"{message_id!r} is not a stream message id (expected <milliseconds>-<sequence>)")
     try:
-        settings = load_redis_settings(os.environ)
+        broker, settings = load_broker_settings(os.environ)
     except RelayError as exc:
         fail("; ".join(str(exc).splitlines()))
     try:
-        facts = anyio.run(_gather_with_client, settings, normalised)
+        if broker.embedded:
+            facts = anyio.run(_gather_embedded, broker, settings, normalised)
+        else:
+            facts = anyio.run(_gather_with_client, settings, normalised)
     except RelayError as exc:
         fail(str(exc))
     for line in render_trace(facts):
@@ -97,6 +100,16 @@ async def _gather_with_client(settings: RedisSettings, message_id: str) -> Messa
         raise DependencyUnavailable(f"cannot read from Redis: {exc}") from exc
     finally:
         await redis.aclose()
+
+
+async def _gather_embedded(
+    broker: BrokerSettings, settings: RedisSettings, message_id: str
+) -> MessageFacts:
+    from relay.entrypoints.cli.brokers import open_store
+    from relay.entrypoints.cli.trace_sqlite import gather_sqlite
+
+    async with open_store(broker, create=False) as store:
+        return await gather_sqlite(store, settings.stream, settings.group, message_id)
 
 
 async def gather(redis: Redis, stream: str, group: str, message_id: str) -> MessageFacts:

@@ -1,0 +1,141 @@
+"""The two brokers behind one port: what ``bootstrap`` builds for each.
+
+``redis`` (the default): the consumer group on a Redis stream, its Lua ledger,
+the DLQ stream, the ``XPENDING`` backlog, and the stream trimmer when
+``REDIS_STREAM_RETENTION`` is set. ``sqlite``: the embedded broker file, whose
+queue, ledger and DLQ table share one database (a claim and its ledger row are
+one transaction); retention there deletes acknowledged jobs once their ledger
+retention is over, inside the recovery loop's step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from relay.adapters.metrics.backlog import redis_backlog_reader
+from relay.adapters.metrics.server import BacklogReader
+from relay.adapters.redis.connection import connect_redis
+from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
+from relay.adapters.redis.ledger import RedisInvocationLedger
+from relay.adapters.redis.retention import RetentionTrimmer
+from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurrencePublisher
+from relay.adapters.redis.stream import RedisEventStream
+from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
+from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
+from relay.adapters.sqlite.broker.store import BrokerStore
+from relay.adapters.sqlite.broker.stream import SqliteEventStream
+from relay.application.ports import (
+    Clock,
+    EventStream,
+    InvocationLedger,
+    OccurrenceHistory,
+    OccurrencePublisher,
+)
+from relay.application.replay import DeadLetterSource
+
+
+@dataclass
+class Broker:
+    """One broker's adapters, ready to compose."""
+
+    name: str  # what `relay health` calls it
+    stream: EventStream
+    ledger: InvocationLedger
+    dead_letters: DeadLetterSource
+    backlog: BacklogReader
+    loops: list[tuple[str, Callable[..., Coroutine[Any, Any, None]]]] = field(default_factory=list)
+    # Schedules' publish-if-new and the overlap check; None where the broker has
+    # none yet (the embedded broker: schedules are not published there).
+    publisher: OccurrencePublisher | None = None
+    history: OccurrenceHistory | None = None
+
+
+async def open_broker(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
+    """Open the broker ``settings.broker`` names; closed by ``stack``."""
+    if settings.broker.embedded:
+        return await _sqlite(stack, settings, clock)
+    return await _redis(stack, settings, clock)
+
+
+async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
+    ttl_s = settings.ledger_retention_ns // 10**9
+    redis = await connect_redis(settings.redis.url)
+    stack.push_async_callback(_shielded(redis.aclose))
+    stream = RedisEventStream(
+        redis,
+        stream=settings.redis.stream,
+        group=settings.redis.group,
+        consumer=settings.hostname,
+        ledger_ttl_s=ttl_s,
+    )
+    await stream.ensure_group()
+    broker = Broker(
+        name="redis",
+        stream=stream,
+        ledger=RedisInvocationLedger(redis, acked_ttl_s=ttl_s),
+        dead_letters=RedisDeadLetterReader(redis, settings.redis.stream),
+        backlog=redis_backlog_reader(redis, settings.redis.stream, settings.redis.group),
+        publisher=RedisOccurrencePublisher(redis, settings.redis.stream),
+        history=RedisOccurrenceHistory(redis, settings.redis.stream, settings.redis.group),
+    )
+    if settings.stream_retention_ns is not None:
+        trimmer = RetentionTrimmer(
+            redis, settings.redis.stream, settings.stream_retention_ns, clock
+        )
+        broker.loops.append(("retention", trimmer.run))
+    return broker
+
+
+async def _sqlite(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
+    store = await anyio.to_thread.run_sync(BrokerStore, settings.broker.path, clock)
+
+    async def close() -> None:  # joins the writer thread: not on the event loop
+        await anyio.to_thread.run_sync(store.close)
+
+    stack.push_async_callback(_shielded(close))
+    stream = SqliteEventStream(
+        store,
+        stream=settings.redis.stream,
+        group=settings.redis.group,
+        consumer=settings.hostname,
+    )
+    await stream.ensure_group()
+    return Broker(
+        name="broker",
+        stream=stream,
+        ledger=SqliteInvocationLedger(store, acked_ttl_s=settings.ledger_retention_ns // 10**9),
+        dead_letters=SqliteDeadLetterReader(store),
+        backlog=sqlite_backlog_reader(store, settings.redis.stream),
+    )
+
+
+def sqlite_backlog_reader(store: BrokerStore, stream: str) -> BacklogReader:
+    """``() -> (jobs not yet acknowledged, age s of the oldest)``."""
+
+    async def read() -> tuple[int, float]:
+        count, oldest = await store.read(
+            lambda c: c.execute(
+                "SELECT count(*), min(created_ms) FROM ("
+                " SELECT created_ms FROM jobs WHERE stream = ? AND state = 'ready'"
+                " UNION ALL SELECT created_ms FROM jobs WHERE stream = ? AND state = 'leased')",
+                (stream, stream),
+            ).fetchone()
+        )
+        if not count:
+            return 0, 0.0
+        return int(count), max(0.0, (store.now_ms() - int(oldest)) / 1000)
+
+    return read
+
+
+def _shielded(close: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(20.0):
+            await close()
+
+    return run

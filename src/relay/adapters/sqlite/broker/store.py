@@ -1,0 +1,352 @@
+"""The embedded broker's file: opening it, its schema, and its one writer thread.
+
+WAL mode, ``synchronous=FULL`` (never weakened), every state change inside a
+``BEGIN IMMEDIATE`` transaction. Writes are *group-committed*: each caller hands
+its step to the writer thread and awaits it; the thread takes every step queued
+meanwhile, runs each in a savepoint of one ``BEGIN IMMEDIATE`` transaction, and
+answers the callers only after that transaction's ``COMMIT`` returned. A step
+therefore never reports a change that is not on disk, and concurrent claims and
+acknowledgments share one fsync instead of paying one each.
+
+Several processes on one host may share the file (producers, the CLI, workers):
+``BEGIN IMMEDIATE`` takes SQLite's write lock, so the claim transaction is the
+single writer's critical section across processes too (``busy_timeout`` waits
+for another process's transaction instead of failing).
+
+A corrupt file is detected at open (``PRAGMA quick_check``) and refused with one
+line; it is never recreated behind the user's back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import anyio
+
+from relay.adapters.fs.private import private_directory, private_file, tighten_if_present
+from relay.application.ports import Clock
+from relay.domain.errors import DependencyUnavailable, RelayError
+
+T = TypeVar("T")
+Step = Callable[[sqlite3.Connection, int], Any]
+
+BUSY_TIMEOUT_MS: Final = 10_000
+MAX_BATCH: Final = 512  # steps per group commit
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 2,
+    payload BLOB,
+    state TEXT NOT NULL DEFAULT 'ready' CHECK (state IN ('ready', 'leased', 'acked')),
+    token TEXT,
+    consumer TEXT,
+    leased_ms INTEGER,
+    deliveries INTEGER NOT NULL DEFAULT 0,
+    expires_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (stream, priority, created_ms, seq)
+    WHERE state = 'ready';
+CREATE INDEX IF NOT EXISTS jobs_leased ON jobs (stream, leased_ms) WHERE state = 'leased';
+CREATE INDEX IF NOT EXISTS jobs_acked ON jobs (expires_ms) WHERE state = 'acked';
+CREATE TABLE IF NOT EXISTS ledger (
+    seq INTEGER NOT NULL,
+    field TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (seq, field)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dlq (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_ms INTEGER NOT NULL,
+    original_stream TEXT NOT NULL,
+    original_id TEXT NOT NULL,
+    grp TEXT NOT NULL,
+    consumer TEXT NOT NULL,
+    event TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    function TEXT NOT NULL,
+    handler TEXT NOT NULL,
+    deliveries INTEGER NOT NULL,
+    handler_attempts INTEGER NOT NULL,
+    timestamp TEXT NOT NULL
+);
+"""
+
+
+class CorruptBroker(RelayError):
+    """The broker file fails SQLite's integrity check (or is not a database)."""
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection with the broker's pragmas, in autocommit (transactions are ours)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+def open_checked(path: Path) -> sqlite3.Connection:
+    """Open (creating when absent) and check the file; raises :class:`CorruptBroker`
+    with one line naming the file, or ``DependencyUnavailable`` when it cannot be
+    opened at all. The file holds event payloads: like the state database it is
+    0600 (and directories Relay creates 0700), whatever the umask."""
+    try:
+        existed = path.exists() and path.stat().st_size > 0
+        private_directory(path.parent)
+        private_file(path)
+        for suffix in ("-wal", "-shm"):
+            tighten_if_present(path.with_name(path.name + suffix))
+    except OSError as exc:
+        raise DependencyUnavailable(f"broker file {path}: {exc.strerror or exc}") from exc
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
+    except sqlite3.Error as exc:
+        raise DependencyUnavailable(f"broker file {path}: cannot open: {exc}") from exc
+    try:
+        if existed:
+            _quick_check(conn, path)
+        conn.close()
+        conn = connect(path)
+        conn.executescript(SCHEMA)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise _corrupt(path, str(exc)) from exc
+    return conn
+
+
+def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
+    rows = conn.execute("PRAGMA quick_check").fetchall()
+    problems = [str(r[0]) for r in rows if r[0] != "ok"]
+    if problems:
+        raise _corrupt(path, problems[0])
+
+
+def _corrupt(path: Path, why: str) -> CorruptBroker:
+    return CorruptBroker(
+        f"broker file {path} is corrupt ({why.splitlines()[0][:120]}); it was left as it is:"
+        " restore it from a backup or move it aside to start with an empty queue"
+    )
+
+
+class _Pending:
+    __slots__ = ("future", "key", "loop", "step", "wakes")
+
+    def __init__(
+        self, step: Step, loop: asyncio.AbstractEventLoop, wakes: bool, key: int | None
+    ) -> None:
+        self.step = step
+        self.loop = loop
+        self.wakes = wakes
+        self.key = key
+        self.future: asyncio.Future[Any] = loop.create_future()
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _settle_all(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, result, error in answers:
+        _settle(future, result, error)
+
+
+class _StepFailed(Exception):
+    """A step raised inside a batch (its exception is the cause)."""
+
+
+class Batch:
+    """What the steps of one transaction share (writer thread only): the ``key``
+    of every step in it (a step's job row, so a step can load what all of them
+    need in one query), a scratch ``scope``, and work to run right before the
+    ``COMMIT`` (writing back what the steps changed, in one statement per table)."""
+
+    def __init__(self, keys: set[int]) -> None:
+        self.keys = keys
+        self.scope: dict[str, Any] = {}
+        self._before_commit: list[Callable[[sqlite3.Connection], None]] = []
+
+    def before_commit(self, flush: Callable[[sqlite3.Connection], None]) -> None:
+        self._before_commit.append(flush)
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        for flush in self._before_commit:
+            flush(conn)
+
+
+class BrokerStore:
+    """The open broker file and its writer thread (group commit)."""
+
+    def __init__(self, path: Path, clock: Clock) -> None:
+        self.path = path
+        self.clock = clock
+        self._conn = open_checked(path)
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="relay-broker-writer", daemon=True)
+        self._closed = False
+        self.commits = 0  # transactions committed (diagnostic: steps / commits = batch size)
+        self.steps = 0
+        # The lease token of each job this process holds (seq -> token): the fence
+        # every later transition of the job must present.
+        self.leases: dict[int, str] = {}
+        self._wakers: set[asyncio.Event] = set()
+        self.batch = Batch(set())  # the transaction being built (writer thread only)
+        self._thread.start()
+
+    def now_ms(self) -> int:
+        return int(self.clock.now() * 1000)
+
+    async def write(
+        self,
+        step: Callable[[sqlite3.Connection, int], T],
+        *,
+        wakes: bool = False,
+        key: int | None = None,
+    ) -> T:
+        """Run ``step(conn, now_ms)`` inside the next group commit; its result once
+        committed. A step once queued runs to its end (and commits) even if the
+        caller is cancelled meanwhile; the cancelled caller just never hears of it.
+        ``wakes``: the step makes jobs ready (readers blocked here look again);
+        ``key``: the job the step is about (see :class:`Batch`)."""
+        if self._closed:
+            raise DependencyUnavailable("sqlite broker is closed")
+        pending = _Pending(step, asyncio.get_running_loop(), wakes, key)
+        self._queue.put(pending)
+        result: T = await pending.future
+        return result
+
+    async def read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        """A read-only query on a connection of its own, in a worker thread."""
+
+        def run() -> T:
+            conn = connect(self.path)
+            try:
+                return query(conn)
+            except sqlite3.Error as exc:
+                raise DependencyUnavailable(f"sqlite broker read failed: {exc}") from exc
+            finally:
+                conn.close()
+
+        return await anyio.to_thread.run_sync(run)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            self._commit(batch)
+            if stop:
+                return
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        """The whole batch in one transaction; if any step raises, the transaction
+        is rolled back and each step runs again in a transaction of its own, so one
+        failing step is its caller's alone (steps are functions of the database,
+        so running one again after a rollback is running it for the first time)."""
+        try:
+            outcomes = self._transaction(batch)
+        except _StepFailed:
+            outcomes = [self._alone(pending) for pending in batch]
+        except sqlite3.Error as exc:
+            failed = DependencyUnavailable(f"sqlite broker write failed: {exc}")
+            outcomes = [(None, failed) for _ in batch]
+        self._answer(batch, outcomes)
+        self._wake(batch)
+
+    def _transaction(self, batch: list[_Pending]) -> list[tuple[Any, BaseException | None]]:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            now_ms = self.now_ms()
+            self.batch = Batch({p.key for p in batch if p.key is not None})
+            results: list[tuple[Any, BaseException | None]] = []
+            for pending in batch:
+                try:
+                    results.append((pending.step(conn, now_ms), None))
+                except Exception as exc:
+                    raise _StepFailed from exc
+            try:
+                self.batch.flush(conn)
+            except Exception as exc:
+                raise _StepFailed from exc
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self.commits += 1
+        self.steps += len(batch)
+        return results
+
+    def _alone(self, pending: _Pending) -> tuple[Any, BaseException | None]:
+        try:
+            return self._transaction([pending])[0]
+        except _StepFailed as failed:
+            exc = failed.__cause__
+            assert isinstance(exc, Exception)
+            if isinstance(exc, sqlite3.Error):
+                return None, DependencyUnavailable(f"sqlite broker step failed: {exc}")
+            return None, exc
+        except sqlite3.Error as exc:
+            return None, DependencyUnavailable(f"sqlite broker write failed: {exc}")
+
+    @staticmethod
+    def _answer(batch: list[_Pending], outcomes: list[tuple[Any, BaseException | None]]) -> None:
+        """One wake-up per event loop for the whole batch, not one per step: each
+        ``call_soon_threadsafe`` writes to the loop's self-pipe."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, Any]]] = {}
+        for pending, (result, error) in zip(batch, outcomes, strict=True):
+            by_loop.setdefault(pending.loop, []).append((pending.future, result, error))
+        for loop, answers in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that loop is closed (shutdown)
+                loop.call_soon_threadsafe(_settle_all, answers)
+
+    # --- waking blocked readers in this process ------------------------------------
+    def waker(self) -> asyncio.Event:
+        """An event set whenever a committed batch made jobs ready (one per reader)."""
+        event = asyncio.Event()
+        self._wakers.add(event)
+        return event
+
+    def _wake(self, batch: list[_Pending]) -> None:
+        waking = [p for p in batch if p.wakes]
+        if not waking:
+            return
+        for event in list(self._wakers):
+            try:
+                waking[0].loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # that loop is closed
+                self._wakers.discard(event)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+        self._conn.close()
