@@ -126,16 +126,14 @@ class FakeContainers:
         return list(self.items)
 
 
-class FakeSystem:
-    async def info(self) -> dict[str, Any]:
-        return {"Architecture": "x86_64"}
-
-
 class FakeEngine:
     def __init__(self) -> None:
         self.images = FakeImages(self)
         self.containers = FakeContainers()
-        self.system = FakeSystem()
+
+    async def version(self) -> dict[str, Any]:
+        # GET /version, the one call a socket proxy allows (not /info)
+        return {"Arch": "amd64", "ApiVersion": "1.41"}
 
 
 @pytest.fixture
