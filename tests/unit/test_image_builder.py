@@ -369,3 +369,13 @@ async def test_failed_build_leftovers_are_collected_once_no_build_can_need_them(
     assert "young" in engine.images.by_id  # may still be a running build's base
     await builder.retire("fn", keep=[])
     assert "fn-old" not in engine.images.by_id
+
+
+async def test_the_architecture_comes_from_version_under_the_name_info_gave(
+    builder: DockerImageBuilder, engine: FakeEngine
+) -> None:
+    # A socket proxy allows /version, not /info; /version says GOARCH ("amd64"), and
+    # image versions were hashed with /info's uname -m name ("x86_64"): keep that name,
+    # so no image version changes.
+    assert not hasattr(engine, "system")  # nothing may call /info
+    assert await builder._arch() == "x86_64"
