@@ -38,6 +38,7 @@ from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.server import MetricsServer, sample_backlog
 from relay.adapters.metrics.subscribers import InstrumentedImageBuilder, subscribe
 from relay.adapters.redis.connection import connect_redis
+from relay.adapters.redis.consumers import tidy_consumers
 from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
 from relay.adapters.redis.ledger import RedisInvocationLedger
 from relay.adapters.redis.retention import RetentionTrimmer
@@ -85,6 +86,7 @@ def _direct_dir(docker: Any, wanted: Path) -> Path | None:
         requests_go="through the engine's attach stream",
     )
     return None
+
 
 # A background loop: ``async def run(*, task_status)`` started with ``TaskGroup.start``.
 Loop = Callable[..., Coroutine[Any, Any, None]]
@@ -247,6 +249,9 @@ async def build_worker(
             ledger_ttl_s=settings.ledger_retention_ns // 10**9,
         )
         await stream.ensure_group()
+        await tidy_consumers(
+            redis, stream=settings.redis.stream, group=settings.redis.group, keep=settings.hostname
+        )
         # 3. Docker, the NETWORKS check, and the orphan sweep.
         docker = await connect_docker()
         stack.push_async_callback(_shielded(docker.close))
