@@ -42,3 +42,15 @@ def test_compose_mounts_the_socket_only_into_the_proxy_and_publishes_no_port() -
     assert with_socket == {"socket-proxy"}
     assert all(str(v).endswith(":ro") for v in services["socket-proxy"]["volumes"])
     assert not [name for name, service in services.items() if "ports" in service]
+
+
+def test_relays_direct_directory_is_mounted_at_the_same_path_it_has_on_the_host() -> None:
+    # compose's ${VAR:-default} with its default, as `docker-compose config` would
+    text = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", (ROOT / "compose.dev.yaml").read_text())
+    relay = yaml.safe_load(text)["services"]["relay"]
+    (direct,) = [
+        e.split("=", 1)[1] for e in relay["environment"] if e.startswith("RELAY_DIRECT_DIR=")
+    ]
+    same_path = [v.split(":")[0] for v in relay["volumes"] if v.split(":")[0] == v.split(":")[1]]
+    assert direct == "/run/relay-sockets/relay-dev/containers"
+    assert [p for p in same_path if direct.startswith(p + "/")], (direct, relay["volumes"])
