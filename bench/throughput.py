@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/throughput.py [--events 20000] [--latency-events 30000]
                                          [--runs 3] [--same-rate 2400]
-                                         [--redis-url URL] [--skip-relay]
+                                         [--redis-url URL] [--skip-relay] [--compose]
 
 Against one throwaway Redis (a container of relay-testbed/redis:7, else a local
 redis-server; removed afterwards) it measures:
@@ -17,6 +17,12 @@ redis-server; removed afterwards) it measures:
     adapters, with no dispatcher, bus, metrics or slots: the ceiling for (c);
 (c) Relay end to end: the real ``relay start`` with a no-op Python handler and
     MAX_CONCURRENCY=4 (so four warm containers), after a warm-up.
+(d) with ``--compose``: the same no-op function in the compose.dev.yaml deployment
+    (Relay's image behind the socket proxy), once as shipped (the per-container
+    socket through the shared directory, RELAY_DIRECT_DIR) and once with it off
+    (requests over the attach stream, through the proxy). Phases (a) and (c) then
+    use the first stack's Redis instead of a throwaway one, and the attach run its
+    own stack's, configured the same (``bench/_compose.py``).
 
 Every consumer gets ``--runs`` bursts and as many paced runs (3 by default). The
 table shows the median of each figure over its runs and lists every run's rate
@@ -76,7 +82,10 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _compose import ComposeWorker, compose_stack
 from _redisbench import (
+    NOOP_HANDLER,
+    NOOP_TEMPLATE,
     LatencyRun,
     SteadyRun,
     add_burst,
@@ -94,6 +103,7 @@ from _redisbench import (
     wait_acked,
     warm_up,
     workdir,
+    write_function,
 )
 from warm import build_image
 
@@ -339,6 +349,85 @@ async def relay_phase(
     return result
 
 
+async def compose_phase(
+    worker: ComposeWorker,
+    url: str,
+    stream: str,
+    events: int,
+    latency_events: int,
+    runs: int,
+    build_timeout: float,
+    same_rate: float | None = None,
+) -> Result:
+    group = "relay-bench"
+    client = Redis.from_url(url, decode_responses=True)
+    try:
+        print("compose: warming up relay in its container (first build is slow)")
+        # warm_up needs only .alive() of its worker, which ComposeWorker has too
+        await warm_up(client, stream, group, worker, build_timeout)  # type: ignore[arg-type]
+        label = "relay in compose, direct" if worker.direct else "relay in compose, attach"
+        result = await bursts(label, client, stream, group, events, runs, worker.alive)
+        await settled_at_half_rate(
+            result, url, stream, group, latency_events, same_rate, worker.pid
+        )
+    except BaseException:
+        print("--- compose relay log (tail) ---")
+        print(worker.log_tail())
+        raise
+    finally:
+        await client.aclose()
+    return result
+
+
+async def _compose_run(
+    stack: ComposeWorker, url: str, stream: str, args: argparse.Namespace
+) -> Result:
+    return await compose_phase(
+        stack,
+        url,
+        stream,
+        args.events,
+        args.latency_events,
+        args.runs,
+        args.build_timeout,
+        args.same_rate,
+    )
+
+
+def _phases(args: argparse.Namespace, url: str) -> list[Result]:
+    results = [
+        anyio.run(raw_phase, url, args.events, args.latency_events, args.runs, mode)
+        for mode in ("each", "batch")
+    ]
+    if args.skip_relay:
+        return results
+    if not args.compose:  # the floors say nothing new about the deployment
+        for lean in (True, False):
+            results.append(
+                anyio.run(
+                    functools.partial(floor_phase, lean=lean),
+                    url,
+                    args.events,
+                    args.latency_events,
+                    args.runs,
+                    4,
+                    args.same_rate,
+                )
+            )
+    results.append(
+        anyio.run(
+            relay_phase,
+            url,
+            args.events,
+            args.latency_events,
+            args.runs,
+            args.build_timeout,
+            args.same_rate,
+        )
+    )
+    return results
+
+
 # --- report ---------------------------------------------------------------------------------
 
 
@@ -448,37 +537,36 @@ def main() -> None:
         metavar="R",
         help="also pace the ledger consumers at R events/s each, with CPU per event",
     )
+    parser.add_argument(
+        "--compose",
+        action="store_true",
+        help="also run relay in the compose.dev.yaml deployment, on that stack's Redis",
+    )
     args = parser.parse_args()
-    with throwaway_redis(args.redis_url) as url:
-        results = [
-            anyio.run(raw_phase, url, args.events, args.latency_events, args.runs, mode)
-            for mode in ("each", "batch")
-        ]
-        if not args.skip_relay:
-            for lean in (True, False):
-                results.append(
-                    anyio.run(
-                        functools.partial(floor_phase, lean=lean),
-                        url,
-                        args.events,
-                        args.latency_events,
-                        args.runs,
-                        4,
-                        args.same_rate,
-                    )
-                )
-            results.append(
-                anyio.run(
-                    relay_phase,
-                    url,
-                    args.events,
-                    args.latency_events,
-                    args.runs,
-                    args.build_timeout,
-                    args.same_rate,
-                )
-            )
-        report(results)
+    if not args.compose:
+        with throwaway_redis(args.redis_url) as url:
+            report(_phases(args, url))
+        return
+    suffix = secrets.token_hex(3)
+    function, stream = f"bench-noop-{suffix}", f"bench-compose-{suffix}"
+    with workdir() as root:
+        functions = write_function(
+            root / "functions",
+            function,
+            NOOP_TEMPLATE.format(concurrency=4),
+            {"noop.py": NOOP_HANDLER},
+        )
+        try:
+            with compose_stack(functions, stream, direct=True) as stack:
+                url = stack.redis_url()
+                results = _phases(args, url)
+                results.append(anyio.run(_compose_run, stack, url, stream, args))
+            # the fast path off: a stack of its own (its Redis is configured the same)
+            with compose_stack(functions, stream, direct=False) as stack:
+                results.append(anyio.run(_compose_run, stack, stack.redis_url(), stream, args))
+        finally:
+            remove_function_images(function)
+    report(results)
 
 
 if __name__ == "__main__":

@@ -75,10 +75,12 @@ from relay.domain.services import RoutingSettings
 log = structlog.get_logger("relay.bootstrap")
 
 
-def _direct_dir(docker: Any, wanted: Path) -> Path | None:
+def _direct_dir(docker: Any, wanted: Path, *, shared: bool = False) -> Path | None:
     """Where the containers' sockets go (``wanted``), or None (said once) when
-    the engine is not on this host and could not mount them."""
-    if engine_is_local(docker):
+    the engine is not on this host and could not mount them. ``shared``: the
+    operator says the engine sees ``wanted`` at the same path (RELAY_DIRECT_DIR);
+    the first container still proves it, else the short way turns itself off."""
+    if shared or engine_is_local(docker):
         return wanted
     log.warning(
         "direct_socket_off",
@@ -262,7 +264,9 @@ async def build_worker(
             output=output,
             max_containers=settings.max_concurrency,
             observer=bus.notify,
-            direct_dir=_direct_dir(docker, paths.direct_dir),
+            direct_dir=_direct_dir(
+                docker, paths.direct_dir, shared=paths.shared_direct_dir is not None
+            ),
         )
         builder = InstrumentedImageBuilder(DockerImageBuilder(docker), metrics)
         slots = Slots(settings.max_concurrency)

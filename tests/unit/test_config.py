@@ -250,6 +250,16 @@ def test_paths_and_hostname_overridable() -> None:
     assert s.paths.secrets_dir == Path("/tmp/s/secrets")
     assert s.paths.lock_file == Path("/tmp/r/relay.lock")
     assert s.hostname == "worker-a"
+    assert s.paths.direct_dir == Path("/tmp/r/containers")
+    assert s.paths.shared_direct_dir is None
+
+
+def test_a_shared_direct_directory_replaces_the_run_directorys() -> None:
+    s = load_settings({**BASE, "RELAY_DIRECT_DIR": "/run/relay-sockets/w/containers"})
+    assert s.paths.direct_dir == Path("/run/relay-sockets/w/containers")
+    assert s.paths.shared_direct_dir == s.paths.direct_dir
+    blank = load_settings({**BASE, "RELAY_DIRECT_DIR": " "})  # compose's `RELAY_DIRECT_DIR=`
+    assert blank.paths.shared_direct_dir is None
 
 
 def test_redis_settings_for_admin_commands() -> None:

@@ -126,16 +126,14 @@ class FakeContainers:
         return list(self.items)
 
 
-class FakeSystem:
-    async def info(self) -> dict[str, Any]:
-        return {"Architecture": "x86_64"}
-
-
 class FakeEngine:
     def __init__(self) -> None:
         self.images = FakeImages(self)
         self.containers = FakeContainers()
-        self.system = FakeSystem()
+
+    async def version(self) -> dict[str, Any]:
+        # GET /version, the one call a socket proxy allows (not /info)
+        return {"Arch": "amd64", "ApiVersion": "1.41"}
 
 
 @pytest.fixture
@@ -371,3 +369,13 @@ async def test_failed_build_leftovers_are_collected_once_no_build_can_need_them(
     assert "young" in engine.images.by_id  # may still be a running build's base
     await builder.retire("fn", keep=[])
     assert "fn-old" not in engine.images.by_id
+
+
+async def test_the_architecture_comes_from_version_under_the_name_info_gave(
+    builder: DockerImageBuilder, engine: FakeEngine
+) -> None:
+    # A socket proxy allows /version, not /info; /version says GOARCH ("amd64"), and
+    # image versions were hashed with /info's uname -m name ("x86_64"): keep that name,
+    # so no image version changes.
+    assert not hasattr(engine, "system")  # nothing may call /info
+    assert await builder._arch() == "x86_64"

@@ -406,3 +406,11 @@ def test_a_local_engine_gets_the_sockets_and_a_remote_one_is_said_once() -> None
     (line,) = logs
     assert line["event"] == "direct_socket_off"
     assert "tcp://socket-proxy:2375" in line["reason"]
+
+
+def test_a_directory_the_operator_says_the_engine_shares_is_used_over_tcp() -> None:
+    # RELAY_DIRECT_DIR (compose.dev.yaml): a host directory at the same path in relay
+    wanted = Path("/run/relay-sockets/relay-dev/containers")
+    with capture_logs() as logs:
+        assert _direct_dir(_Engine("tcp://socket-proxy:2375"), wanted, shared=True) == wanted
+    assert logs == []

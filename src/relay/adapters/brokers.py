@@ -20,6 +20,7 @@ import anyio
 from relay.adapters.metrics.backlog import redis_backlog_reader
 from relay.adapters.metrics.server import BacklogReader
 from relay.adapters.redis.connection import connect_redis
+from relay.adapters.redis.consumers import tidy_consumers
 from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
 from relay.adapters.redis.ledger import RedisInvocationLedger
 from relay.adapters.redis.retention import RetentionTrimmer
@@ -74,6 +75,10 @@ async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         ledger_ttl_s=ttl_s,
     )
     await stream.ensure_group()
+    # Stale consumers of this group (idle, nothing pending) are removed at start.
+    await tidy_consumers(
+        redis, stream=settings.redis.stream, group=settings.redis.group, keep=settings.hostname
+    )
     broker = Broker(
         name="redis",
         stream=stream,

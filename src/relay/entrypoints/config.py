@@ -57,6 +57,10 @@ class Paths:
 
     state_dir: Path = DEFAULT_STATE_DIR
     run_dir: Path = DEFAULT_RUN_DIR
+    # RELAY_DIRECT_DIR: a directory the engine sees at this same path (a host
+    # directory bind-mounted at its own path), for the per-container sockets when
+    # the engine is reached over TCP (docs/deployment.md)
+    shared_direct_dir: Path | None = None
 
     @property
     def database(self) -> Path:
@@ -77,7 +81,7 @@ class Paths:
     @property
     def direct_dir(self) -> Path:
         """Where the sockets mounted into execution containers live."""
-        return self.run_dir / "containers"
+        return self.shared_direct_dir or self.run_dir / "containers"
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,9 +259,11 @@ def load_paths(env: Mapping[str, str]) -> Paths:
     and host-side runs; in a container the fixed defaults are what you want."""
     state = env.get("RELAY_STATE_DIR", "").strip()
     run = env.get("RELAY_RUN_DIR", "").strip()
+    shared = env.get("RELAY_DIRECT_DIR", "").strip()
     return Paths(
         state_dir=Path(state) if state else DEFAULT_STATE_DIR,
         run_dir=Path(run) if run else DEFAULT_RUN_DIR,
+        shared_direct_dir=Path(shared) if shared else None,
     )
 
 

@@ -18,7 +18,9 @@ async def connect_docker() -> aiodocker.Docker:
         raise DependencyUnavailable(f"docker is unreachable: {exc}") from exc
     try:
         with anyio.fail_after(PING_TIMEOUT_S):
-            await docker.system.info()
+            # GET /version, not /info: behind a socket proxy (docs/deployment.md) the
+            # allow-list grants VERSION, and /info tells far more about the host.
+            await docker.version()
     except Exception as exc:  # any failure here means the engine does not answer
         await docker.close()
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -60,6 +60,8 @@ log = structlog.get_logger(__name__)
 DEPENDENCY_TAG_HEX = 16
 _NOT_FOUND = 404
 _CONFLICT = 409
+# The engine's /version says GOARCH; image versions were hashed with uname -m names.
+_UNAME_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "386": "i686", "arm": "armv7l"}
 
 
 @dataclass(frozen=True)
@@ -327,10 +329,13 @@ class DockerImageBuilder:
     async def _arch(self) -> str:
         if self._architecture is None:
             try:
-                info = await self._docker.system.info()
+                # /version (Arch), which the socket proxy's allow-list grants; /info it does not
+                info = await self._docker.version()
             except DockerError as exc:
                 raise DependencyUnavailable(f"cannot query the Docker engine: {exc}") from exc
-            self._architecture = str(info.get("Architecture", "unknown"))
+            arch = str(info.get("Arch", "unknown"))
+            # the name /info gave before (uname -m), so image versions stay the same
+            self._architecture = _UNAME_ARCH.get(arch, arch)
         return self._architecture
 
     @asynccontextmanager

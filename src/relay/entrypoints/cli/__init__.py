@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from typing import Annotated
+
 import typer
 
 from relay.entrypoints.cli import dlq, function, git, publish, schedule, secret, stats, system
@@ -16,6 +19,31 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from relay.entrypoints.version import version_line
+
+        typer.echo(version_line(os.environ))
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version (and the commit, when known) and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Relay: run functions in warm, hardened containers for events on a Redis Stream."""
+
+
 system.register(app)
 publish.register(app)
 app.add_typer(stats.app, name="stats")
