@@ -204,12 +204,31 @@ def test_warm_containers_get_their_socket_through_the_shared_directory(stack: St
     """The fast path behind the proxy: RELAY_DIRECT_DIR is a host directory mounted at
     the same path in relay, so the engine can mount each container's socket directory."""
     shared = f"/run/relay-sockets/{stack.hostname}/containers/"
-    handlers = stack.client.containers.list(filters={"label": f"relay.hostname={stack.hostname}"})
+    # execution containers only: the examples' services run beside them, with no socket
+    labels = [f"relay.hostname={stack.hostname}", "relay.type=execution"]
+    handlers = stack.client.containers.list(filters={"label": labels})
     assert handlers, "no warm handler containers after the example event"
     for container in handlers:
         sources = [m["Source"] for m in container.attrs["Mounts"]]
         assert [s for s in sources if s.startswith(shared)], (container.name, sources)
     assert "msg=direct_socket_off" not in stack.relay_logs()
+
+
+def test_the_examples_services_converge_behind_the_proxy(stack: Stack) -> None:
+    """Services (issue 20) through the allow-list: the examples' service replicas are
+    created, started and labelled by a Relay that only sees the proxy."""
+    labels = [f"relay.hostname={stack.hostname}", "relay.type=service"]
+
+    def running() -> list[Any]:
+        found = stack.client.containers.list(filters={"label": labels})
+        return [c for c in found if c.status == "running"]
+
+    replicas = wait_for(running, "the examples' service replicas to run", timeout=180)
+    functions = {c.labels["relay.function"] for c in replicas}
+    assert "fastapi-service" in functions, functions
+    for container in replicas:
+        assert "relay.handler" not in container.labels
+        assert not container.attrs["HostConfig"]["PortBindings"]  # nothing published
 
 
 def _proxy_status(stack: Stack, method: str, path: str) -> int:
