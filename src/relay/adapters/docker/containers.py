@@ -81,6 +81,24 @@ def labels_for(spec: ContainerSpec) -> dict[str, str]:
     return labels
 
 
+def hardened_host_config() -> dict[str, Any]:
+    """The hardening every container Relay runs gets, execution and service alike:
+    read-only root with a bounded ``/tmp``, no capabilities, no new privileges,
+    memory/CPU/pids limits, and a tiny init as PID 1 (it reaps subprocesses and
+    lets the bootstrap's watchdog kill the bootstrap: PID 1 ignores SIGKILL)."""
+    return {
+        "ReadonlyRootfs": True,
+        "Tmpfs": {"/tmp": TMPFS_OPTIONS},  # noqa: S108 - the container's own /tmp
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges"],
+        "Memory": MEMORY_BYTES,
+        "MemorySwap": MEMORY_BYTES,
+        "NanoCpus": NANO_CPUS,
+        "PidsLimit": PIDS_LIMIT,
+        "Init": True,
+    }
+
+
 def container_config(spec: ContainerSpec, direct: DirectSocket | None = None) -> dict[str, Any]:
     """The hardened create body for the Engine API (``POST /containers/create``);
     ``direct``'s directory is mounted read-only when given."""
@@ -103,20 +121,7 @@ def container_config(spec: ContainerSpec, direct: DirectSocket | None = None) ->
         "AttachStdout": True,
         "AttachStderr": True,
         "Labels": labels_for(spec),
-        "HostConfig": {
-            "AutoRemove": True,
-            "ReadonlyRootfs": True,
-            "Tmpfs": {"/tmp": TMPFS_OPTIONS},  # noqa: S108 - the container's own /tmp
-            "CapDrop": ["ALL"],
-            "SecurityOpt": ["no-new-privileges"],
-            "Memory": MEMORY_BYTES,
-            "MemorySwap": MEMORY_BYTES,
-            "NanoCpus": NANO_CPUS,
-            "PidsLimit": PIDS_LIMIT,
-            # a tiny init as PID 1: reaps handler subprocesses and lets the
-            # bootstrap's watchdog kill the bootstrap (PID 1 ignores SIGKILL).
-            "Init": True,
-        },
+        "HostConfig": {"AutoRemove": True, **hardened_host_config()},
     }
     if direct is not None:
         config["Env"].append(direct.env())

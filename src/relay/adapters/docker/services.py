@@ -29,13 +29,7 @@ import structlog
 from aiodocker.exceptions import DockerError, DockerStreamError
 
 from relay.adapters.docker.build_output import CappedOutput, record_chunk, summarize_failure
-from relay.adapters.docker.containers import (
-    MEMORY_BYTES,
-    NANO_CPUS,
-    PIDS_LIMIT,
-    TMPFS_OPTIONS,
-    USER,
-)
+from relay.adapters.docker.containers import USER, hardened_host_config
 from relay.adapters.docker.dockerfiles import app_files
 from relay.adapters.docker.runtimes import RUNTIMES, Runtime
 from relay.adapters.fs.source import read_sources, select_sources
@@ -370,15 +364,7 @@ def service_config(desired: DesiredService, slot: int) -> dict[str, Any]:
         "Labels": desired.labels(slot),
         "ExposedPorts": {port: {}},
         "HostConfig": {
-            "ReadonlyRootfs": True,
-            "Tmpfs": {"/tmp": TMPFS_OPTIONS},  # noqa: S108 - the container's own /tmp
-            "CapDrop": ["ALL"],
-            "SecurityOpt": ["no-new-privileges"],
-            "Memory": MEMORY_BYTES,
-            "MemorySwap": MEMORY_BYTES,
-            "NanoCpus": NANO_CPUS,
-            "PidsLimit": PIDS_LIMIT,
-            "Init": True,
+            **hardened_host_config(),
             "RestartPolicy": {"Name": "no"},  # a crash is healed by the next pass
         },
     }

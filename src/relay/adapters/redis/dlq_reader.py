@@ -77,7 +77,30 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-class RedisDeadLetterReader:
+class PagedEntries:
+    """``entries`` read through ``page``, the one way both brokers' readers walk
+    their dead letters."""
+
+    async def page(
+        self, *, newest_first: bool = True, count: int = 100, after: str | None = None
+    ) -> list[StoredDeadLetter]:
+        raise NotImplementedError
+
+    async def entries(
+        self, *, newest_first: bool = True, page_size: int = 100
+    ) -> AsyncIterator[StoredDeadLetter]:
+        """Every entry, read ``page_size`` at a time."""
+        after: str | None = None
+        while True:
+            batch = await self.page(newest_first=newest_first, count=page_size, after=after)
+            for entry in batch:
+                yield entry
+            if len(batch) < page_size:
+                return
+            after = batch[-1].id
+
+
+class RedisDeadLetterReader(PagedEntries):
     """List, fetch and delete entries of one stream's dead-letter stream."""
 
     def __init__(self, redis: Redis, stream: str) -> None:
@@ -102,19 +125,6 @@ class RedisDeadLetterReader:
             low = f"({after}" if after else "-"
             reply = await self._call(self._redis.xrange(self._key, low, "+", count=count))
         return [StoredDeadLetter.from_reply(entry_id, fields) for entry_id, fields in reply]
-
-    async def entries(
-        self, *, newest_first: bool = True, page_size: int = 100
-    ) -> AsyncIterator[StoredDeadLetter]:
-        """Every entry, read ``page_size`` at a time."""
-        after: str | None = None
-        while True:
-            batch = await self.page(newest_first=newest_first, count=page_size, after=after)
-            for entry in batch:
-                yield entry
-            if len(batch) < page_size:
-                return
-            after = batch[-1].id
 
     async def get(self, entry_id: str) -> StoredDeadLetter:
         """The entry with exactly this id; raises :class:`DeadLetterNotFound`."""

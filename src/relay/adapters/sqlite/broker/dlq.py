@@ -5,10 +5,14 @@ and ``relay dlq replay`` read either broker the same way."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from typing import Any, Final
 
-from relay.adapters.redis.dlq_reader import DeadLetterNotFound, StoredDeadLetter, parse_entry_id
+from relay.adapters.redis.dlq_reader import (
+    DeadLetterNotFound,
+    PagedEntries,
+    StoredDeadLetter,
+    parse_entry_id,
+)
 from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.domain.outcome import DeadLetterEntry
@@ -22,9 +26,17 @@ _COLUMNS: Final = (
 def _stored(row: tuple[Any, ...]) -> StoredDeadLetter:
     seq, created_ms, stream, original, group, consumer, event, reason, fn, handler, d, a, ts = row
     entry = DeadLetterEntry(
-        original_stream=stream, original_id=original, group=group, consumer=consumer,
-        event=event, reason=reason, function=fn, handler=handler, deliveries=d,
-        handler_attempts=a, timestamp=ts,
+        original_stream=stream,
+        original_id=original,
+        group=group,
+        consumer=consumer,
+        event=event,
+        reason=reason,
+        function=fn,
+        handler=handler,
+        deliveries=d,
+        handler_attempts=a,
+        timestamp=ts,
     )
     return StoredDeadLetter(jobs.message_id(created_ms, seq), entry)
 
@@ -35,7 +47,7 @@ def _seq(entry_id: str) -> int:
     return seq
 
 
-class SqliteDeadLetterReader:
+class SqliteDeadLetterReader(PagedEntries):
     """List, fetch and delete entries of the broker file's ``dlq`` table."""
 
     def __init__(self, store: BrokerStore) -> None:
@@ -63,18 +75,6 @@ class SqliteDeadLetterReader:
             return c.execute(sql, args).fetchall()
 
         return [_stored(r) for r in await self._store.read(query)]
-
-    async def entries(
-        self, *, newest_first: bool = True, page_size: int = 100
-    ) -> AsyncIterator[StoredDeadLetter]:
-        after: str | None = None
-        while True:
-            batch = await self.page(newest_first=newest_first, count=page_size, after=after)
-            for entry in batch:
-                yield entry
-            if len(batch) < page_size:
-                return
-            after = batch[-1].id
 
     async def get(self, entry_id: str) -> StoredDeadLetter:
         normalised = parse_entry_id(entry_id)
