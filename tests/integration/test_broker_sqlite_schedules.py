@@ -15,18 +15,23 @@ import anyio
 import pytest
 from typer.testing import CliRunner
 
+from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.schedules import SqliteOccurrencePublisher, latest_published
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.db import db_path, open_db
 from relay.adapters.system import SystemClock
+from relay.domain import events as ev
 from relay.domain import schedule
 from relay.domain.errors import DependencyUnavailable
+from relay.domain.execution import InvocationResult
 from relay.entrypoints.cli import app
 from tests.fakes import FakeClock
+from tests.integration.broker_world import BrokerWorld
 
 pytestmark = pytest.mark.anyio
 
 AT = 1_900_000_000  # 2030-03-17T17:46:40Z
+MINUTE = AT - 40  # 2030-03-17T17:46:00Z, a firing of "* * * * *"
 REPO = Path(__file__).resolve().parents[2]
 OCCURRENCES = 200
 
@@ -234,3 +239,50 @@ def test_schedule_ls_on_the_embedded_broker_reads_the_broker_file(
     assert b.startswith("fn/jobs.b")
     assert "  -  " in b
     assert result.stderr == ""
+
+
+async def test_overlap_skip_on_the_file_skips_while_an_earlier_occurrence_is_unfinished(
+    path: Path, clock: FakeClock
+) -> None:
+    """Row 136: ``overlap: skip`` on the embedded broker, through the real
+    dispatcher: while the earlier occurrence's job is delivered and not
+    acknowledged (backing off after a failure), the next one is acknowledged
+    without running; once the earlier one is terminal, the next runs."""
+    field = "fn/jobs.tick"
+    world = BrokerWorld(
+        path,
+        clock=clock,
+        template={
+            "schedules": [
+                {"handler": "jobs.tick", "cron": "* * * * *", "overlap": "skip", "retries": 2}
+            ]
+        },
+    )
+    skipped: list[ev.OccurrenceSkipped] = []
+    world.bus.subscribe(ev.OccurrenceSkipped, skipped.append)
+    try:
+        world.runtime.script[field] = InvocationResult(ok=False, error="slow and failing")
+        first = await world.occurrences.publish(schedule.envelope("fn", "jobs.tick", MINUTE))
+        second = await world.occurrences.publish(schedule.envelope("fn", "jobs.tick", MINUTE + 60))
+        one, two = await world.stream.read(2, 0)
+        assert (one.id, two.id) == (first, second)
+        await world.dispatch(one)  # fails: backing off, still leased
+        await world.dispatch(two)
+        [skip] = skipped
+        assert skip.occurrence_id == schedule.occurrence_id("fn", "jobs.tick", MINUTE + 60)
+        assert len(world.runtime.requests) == 1
+        states = dict(rows(path, "SELECT seq, state FROM jobs"))
+        assert (states[jobs.seq_of(one.id)], states[jobs.seq_of(two.id)]) == ("leased", "acked")
+        world.runtime.script.pop(field)
+        clock.advance(61)  # past the first retry's backoff: recovery redelivers it
+        [again] = (await world.stream.reclaim(30_000, 10)).messages
+        await world.dispatch(again)
+        third = await world.occurrences.publish(schedule.envelope("fn", "jobs.tick", MINUTE + 120))
+        [three] = await world.stream.read(1, 0)
+        assert three.id == third
+        await world.dispatch(three)
+        assert len(world.runtime.requests) == 3  # the retry, then the next occurrence ran
+        assert len(skipped) == 1
+        assert {s for (s,) in rows(path, "SELECT state FROM jobs")} == {"acked"}
+    finally:
+        world.close()
