@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from relay.adapters.sqlite.broker import jobs
 from relay.domain import schedule
-from tests.e2e.embedded_support import EmbeddedWorkers, broker_rows
-from tests.e2e.harness import wait_until
+from tests.e2e.embedded_support import EmbeddedWorkers, admin_env, broker_rows
+from tests.e2e.harness import run_relay, wait_until
 from tests.e2e.test_schedules_e2e import TICK, epoch, ticks_run, write_function
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
@@ -65,3 +66,19 @@ def test_two_workers_sharing_the_broker_file_publish_and_run_each_occurrence_onc
             assert m is not None, line
             won[m.group(1)] += 1
     assert all(won[i] == 1 for i in wanted), won
+    # the admin commands read the occurrence history from the file, no Redis
+    env = admin_env(workers[0])
+    listed = run_relay(["schedule", "ls"], env)
+    assert listed.returncode == 0, listed.stderr
+    [row] = [line for line in listed.stdout.splitlines() if line.startswith("ticker/")]
+    published_at = re.findall(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row)[0]  # LAST PUBLISHED
+    assert published_at >= schedule.instant(last)
+    [(seq, created_ms)] = broker_rows(
+        broker_file,
+        "SELECT seq, created_ms FROM jobs WHERE json_extract(payload, '$.scheduled_at') = ?",
+        schedule.instant(first),
+    )
+    traced = run_relay(["trace", jobs.message_id(created_ms, seq)], env)
+    assert traced.returncode == 0, traced.stderr
+    occurrence = schedule.occurrence_id("ticker", "jobs.tick.handler", first)
+    assert f"schedule occurrence {occurrence} (matching bypassed)" in traced.stdout
