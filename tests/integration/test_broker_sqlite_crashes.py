@@ -1,7 +1,8 @@
-"""Crashes on the embedded broker's file, with real processes killed by SIGKILL:
-the process writing a transition dies mid-transaction, and a worker dies holding
-leases before its handler ran. Each test names its row of
-``docs/failure-semantics.md``; boundaries run on a frozen clock."""
+"""Crashes and late workers on the embedded broker's file, with real processes
+killed by SIGKILL: the process writing a transition dies mid-transaction, a worker
+dies holding leases before its handler ran, and a slow worker's ACK comes after
+its lease's idle time. Each test names its row of ``docs/failure-semantics.md``
+(or of the table in ``docs/embedded-broker.md``); boundaries run on a frozen clock."""
 
 from __future__ import annotations
 
@@ -164,3 +165,34 @@ async def test_a_worker_killed_holding_leases_has_them_taken_over_once_idle(
     finally:
         await anyio.to_thread.run_sync(store.close)
     assert rows(path, "SELECT DISTINCT state FROM jobs") == [("acked",)]
+
+
+async def test_an_ack_delayed_past_min_idle_counts_until_the_job_is_taken_over(
+    tmp_path: Path,
+) -> None:
+    """The sibling design's "ACK delayed past expiry", as this broker means it: a
+    lease expires by idle time, so a finish arriving after ``min_idle`` while no
+    one has taken the job over still acknowledges it (no other worker ran it);
+    once another worker has reclaimed it, a late finish acknowledges nothing."""
+    path = tmp_path / "broker.sqlite3"
+    first, second = await publish(path, 2)
+    clock = FakeClock()
+    store = await anyio.to_thread.run_sync(BrokerStore, path, clock)
+    try:
+        slow = SqliteEventStream(store, stream="events", group="relay", consumer="slow")
+        other = SqliteEventStream(store, stream="events", group="relay", consumer="other")
+        ledger = SqliteInvocationLedger(store)
+        await slow.read(2, 0)
+        for mid in (first, second):
+            await ledger.begin(begin_request(slow, mid, f"inv-{mid}"))
+        clock.advance(61)  # both leases idle past min_idle (60 s)
+        assert (await ledger.finish(finish_request(slow, first, f"inv-{first}"))).acknowledged
+        slow_token = store.leases[jobs.seq_of(second) or 0]
+        [taken] = (await other.reclaim(60_000, 10)).messages  # only the unacknowledged one
+        assert taken.id == second
+        store.leases[jobs.seq_of(second) or 0] = slow_token  # the slow worker's view
+        await ledger.finish(finish_request(slow, second, f"inv-{second}"))
+        states = dict(rows(path, "SELECT seq, state FROM jobs"))
+        assert (states[jobs.seq_of(first)], states[jobs.seq_of(second)]) == ("acked", "leased")
+    finally:
+        await anyio.to_thread.run_sync(store.close)
