@@ -16,7 +16,11 @@ import pytest
 from typer.testing import CliRunner
 
 from relay.adapters.sqlite.broker import jobs
-from relay.adapters.sqlite.broker.schedules import SqliteOccurrencePublisher, latest_published
+from relay.adapters.sqlite.broker.schedules import (
+    EXPIRED_BATCH,
+    SqliteOccurrencePublisher,
+    latest_published,
+)
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.db import db_path, open_db
 from relay.adapters.system import SystemClock
@@ -286,3 +290,18 @@ async def test_overlap_skip_on_the_file_skips_while_an_earlier_occurrence_is_unf
         assert {s for (s,) in rows(path, "SELECT state FROM jobs")} == {"acked"}
     finally:
         world.close()
+
+
+async def test_an_expired_occurrence_beyond_the_cleanup_batch_is_published_again(
+    path: Path, store: BrokerStore, clock: FakeClock
+) -> None:
+    """Expiry is read per row, not left to the batched cleanup: with more expired
+    rows than one publish deletes, each expired occurrence still counts as new."""
+    publisher = SqliteOccurrencePublisher(store, "events", ttl_s=60)
+    n = EXPIRED_BATCH * 2 + 1
+    for i in range(n):
+        assert await publisher.publish(schedule.envelope("fn", "jobs.a", AT + i)) is not None
+    clock.advance(61)
+    last = schedule.envelope("fn", "jobs.a", AT + n - 1)  # sorts after the batch deleted
+    assert await publisher.publish(last) is not None
+    assert await publisher.publish(last) is None

@@ -59,11 +59,14 @@ def publish_if_new(  # noqa: PLR0917 - every step has the (conn, now_ms) head
         " WHERE expires_ms <= ? LIMIT ?)",
         (now_ms, EXPIRED_BATCH),
     )
-    if conn.execute("SELECT 1 FROM occurrences WHERE id = ?", (occurrence_id,)).fetchone():
+    live = conn.execute(
+        "SELECT 1 FROM occurrences WHERE id = ? AND expires_ms > ?", (occurrence_id, now_ms)
+    ).fetchone()
+    if live:
         return None
     message_id = jobs.publish(conn, now_ms, stream, payload, priority_class(None))
-    conn.execute(
-        "INSERT INTO occurrences (id, message_id, expires_ms) VALUES (?, ?, ?)",
+    conn.execute(  # REPLACE: an expired row the batched delete has not reached yet
+        "INSERT OR REPLACE INTO occurrences (id, message_id, expires_ms) VALUES (?, ?, ?)",
         (occurrence_id, message_id, now_ms + ttl_s * 1000),
     )
     return message_id
