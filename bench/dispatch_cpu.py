@@ -51,6 +51,7 @@ from relay.domain.outcome import (
     ClaimStatus,
     FinishRequest,
     MalformedRequest,
+    RenewRequest,
     MessageContext,
     Reclaimed,
     Settlement,
@@ -123,6 +124,9 @@ class AnsweringLedger:
 
     async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
         raise AssertionError("no malformed events in this bench")
+
+    async def renew(self, request: RenewRequest) -> int:
+        raise AssertionError("every lease covers its handler in this bench")
 
 
 class AnsweringRuntime:
