@@ -286,6 +286,12 @@ def test_health_json_when_unhealthy_is_a_document_and_exit_1(
     assert "does not exist" in doc["problem"]
     assert doc["git"] is None
     assert result.stderr == f"relay: {doc['problem']}\n"
+    assert run(env, "git", "set", "git@example.com:acme/repo.git").exit_code == 0
+    with_git = assert_matches_schema(run(env, "health", "--json").stdout)
+    assert with_git["git"] == {"commit": None, "last_sync": None, "error": None}
+    (Path(env["RELAY_STATE_DIR"]) / "git" / "source.json").write_text("{not json")
+    broken = assert_matches_schema(run(env, "health", "--json").stdout)
+    assert broken["git"]["error"]
 
 
 # --- schedule ls (Redis refuses: the occurrences are unknown, the rest prints) --------
