@@ -6,10 +6,13 @@ import time
 
 import pytest
 import redis
+import typer
 from typer.testing import CliRunner
 
 from relay.adapters.redis.keys import dlq_key, invocation_key
 from relay.entrypoints.cli import app
+from relay.entrypoints.cli.brokers import require_stream
+from relay.entrypoints.config import BrokerSettings, RedisSettings
 from tests.json_schemas import assert_matches_schema
 
 pytestmark = pytest.mark.redis
@@ -202,3 +205,31 @@ def test_trace_says_when_only_the_acknowledgment_is_missing(
     )
     assert building.exit_code == 0, building.output
     assert "Verdict:      pending; the recovery loop will redeliver it" in building.stdout
+
+
+def test_require_stream_is_the_shared_check_for_the_read_commands(
+    redis_url: str, unique: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``brokers.require_stream``: what ``relay dlq ls`` calls before listing (its
+    group is only checked when asked for)."""
+    stream, group = f"events-{unique}", f"relay-{unique}"
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        client.xgroup_create(stream, group, id="0", mkstream=True)
+    finally:
+        client.close()
+    broker = BrokerSettings()
+    require_stream((broker, RedisSettings(redis_url, stream, group)), group=True)
+    require_stream((broker, RedisSettings(redis_url, stream, "nope")))  # group not asked for
+    assert capsys.readouterr().err == ""
+    for settings, asked in (
+        (RedisSettings(redis_url, f"x-{unique}", group), False),
+        (RedisSettings(redis_url, stream, "nope"), True),
+    ):
+        with pytest.raises(typer.Exit) as exited:
+            require_stream((broker, settings), group=asked)
+        assert exited.value.exit_code == 1
+        line = capsys.readouterr().err
+        assert line.startswith("relay: ")
+        assert line.count("\n") == 1
+        assert redis_url not in line
