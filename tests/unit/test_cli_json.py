@@ -20,6 +20,8 @@ from relay.adapters.sqlite.stats_store import write_stats
 from relay.domain.stats import StatsSnapshot
 from relay.entrypoints.cli import app
 from relay.entrypoints.cli.fn_catalog_json import inspect_document
+from relay.entrypoints.cli.trace import DeadLetter, MessageFacts
+from relay.entrypoints.cli.trace_json import trace_document
 from tests.json_schemas import SCHEMAS, assert_matches_schema, load_schema
 from tests.unit.test_catalog_cli import _row_from_view, prepared
 
@@ -344,3 +346,39 @@ def test_trace_on_the_embedded_broker_refuses_a_stream_the_file_does_not_hold(
             f"relay: stream 'evnets' has no entries in the broker file {path} "
             "(REDIS_STREAM names it; the file holds: events)\n"
         )
+
+
+def test_trace_document_covers_every_invocation_state_and_a_malformed_message() -> None:
+    now = 1_780_282_900_000
+    facts = MessageFacts(
+        message_id="1780282800000-0",
+        stream="events",
+        group="relay",
+        now_ms=now,
+        ledger={
+            "@class": "matched:a,b#t0",
+            "a/run.handler": f"running:{now + 5000}#3#3f9c2a71deadbeef",
+            "@at:a/run.handler": f"{now - 2000}#3f9c2a71deadbeef",
+            "b/odd.handler": "garbage",
+            "b/dead.handler": "exhausted:2",
+            "@dlq": "1780282800001-0",
+        },
+        ledger_ttl_s=-1,
+        body_bytes=12,
+        pending={"consumer": "w1", "idle_ms": 2000, "deliveries": 3},
+        dead_letters=[DeadLetter("1780282800001-0", {"reason": "malformed", "deliveries": "x"})],
+        dlq_scan_complete=False,
+    )
+    doc = assert_matches_schema(json.dumps({"schema": "relay.trace/1", **trace_document(facts)}))
+    by_name = {i["name"]: i for i in doc["invocations"]}
+    running = by_name["a/run.handler"]
+    assert (running["state"], running["attempt"]) == ("running", 3)
+    assert running["claimed_at"] == "2026-06-01T03:01:38Z"
+    assert "3f9c2a71deadbeef" not in json.dumps(running)  # the text shows 8 characters
+    assert by_name["b/odd.handler"]["state"] == "unreadable"
+    assert by_name["b/dead.handler"]["dead_lettered"] is False
+    assert doc["malformed_entry"] == "1780282800001-0"
+    assert doc["verdict"]["code"] == "malformed"
+    assert doc["ledger"] == {"exists": True, "expires_in_s": None}
+    assert doc["dead_letters"][0]["deliveries"] is None
+    assert doc["dead_letters_complete"] is False
