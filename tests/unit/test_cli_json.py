@@ -17,6 +17,7 @@ from typer.testing import CliRunner, Result
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.sqlite.db import db_path, open_db, rfc3339
 from relay.adapters.sqlite.stats_store import write_stats
+from relay.domain.events import FunctionReconcileFailed
 from relay.domain.stats import StatsSnapshot
 from relay.entrypoints.cli import app
 from relay.entrypoints.cli.fn_catalog_json import inspect_document
@@ -382,3 +383,24 @@ def test_trace_document_covers_every_invocation_state_and_a_malformed_message() 
     assert doc["ledger"] == {"exists": True, "expires_in_s": None}
     assert doc["dead_letters"][0]["deliveries"] is None
     assert doc["dead_letters_complete"] is False
+
+
+def test_a_function_whose_first_build_failed_is_listed_as_failed(env: dict[str, str]) -> None:
+    """The state view writes ``failed`` when nothing serves (no image yet)."""
+    state = Path(env["RELAY_STATE_DIR"])
+    failed = FunctionReconcileFailed(
+        name="user-events-python",
+        error="build failed: step 1/2 exited 1",
+        at=time.time() - 60,
+        runtime="python3.14",
+        image=None,
+        fingerprint=None,
+        prepared_at=None,
+        summary=None,
+    )
+    _row_from_view(state, failed)
+    [fn] = assert_matches_schema(run(env, "function", "ls", "--json").stdout)["functions"]
+    assert fn["status"] == "failed"
+    shown = assert_matches_schema(run(env, "function", "inspect", fn["name"], "--json").stdout)
+    assert (shown["status"], shown["image"]) == ("failed", None)
+    assert shown["last_error"] == "build failed: step 1/2 exited 1"
