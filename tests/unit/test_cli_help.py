@@ -19,9 +19,14 @@ from relay.entrypoints.cli import app
 
 RELAY = str(Path(sys.executable).with_name("relay"))
 
-# typer's rendering of an annotation (<bool>, <str>, <int>, <path>, <list[str]>, ...)
-# and click's type names (TEXT, INTEGER, ...): an operator reads neither
-_TYPE_NAME = re.compile(r"<[a-z][a-z0-9_\[\], |.]*>|\b(TEXT|INTEGER|FLOAT|BOOLEAN|NoneType)\b")
+# typer's rendering of an annotation (<bool>, <str>, <int>, <path>, <list[str]>,
+# <int range>, ...) and click's type names (TEXT, INTEGER, ...): an operator reads
+# neither. A placeholder of a command's own help text (<duration>) is not one.
+_TYPE_NAME = re.compile(
+    r"<(?:bool|str|int|float|bytes|path|file|dir|directory|datetime|uuid|NoneType"
+    r"|list\[[^>]*\]|[a-z]+ range)>"
+    r"|\b(?:TEXT|INTEGER|FLOAT|BOOLEAN|FILENAME|UUID|NoneType)\b"
+)
 
 
 def _tree(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
