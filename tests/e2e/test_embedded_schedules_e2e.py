@@ -16,6 +16,7 @@ from relay.domain import schedule
 from tests.e2e.embedded_support import EmbeddedWorkers, admin_env, broker_rows
 from tests.e2e.harness import run_relay, wait_until
 from tests.e2e.test_schedules_e2e import TICK, epoch, ticks_run, write_function
+from tests.json_schemas import assert_matches_schema
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -73,6 +74,12 @@ def test_two_workers_sharing_the_broker_file_publish_and_run_each_occurrence_onc
     [row] = [line for line in listed.stdout.splitlines() if line.startswith("ticker/")]
     published_at = re.findall(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row)[0]  # LAST PUBLISHED
     assert published_at >= schedule.instant(last)
+    as_json = run_relay(["schedule", "ls", "--json"], env)
+    assert as_json.returncode == 0, as_json.stderr
+    doc = assert_matches_schema(as_json.stdout)
+    assert doc["last_published_error"] is None
+    [ticker] = [s for s in doc["schedules"] if s["function"] == "ticker"]
+    assert ticker["last_published"] >= schedule.instant(last)
     [(seq, created_ms)] = broker_rows(
         broker_file,
         "SELECT seq, created_ms FROM jobs WHERE json_extract(payload, '$.scheduled_at') = ?",
@@ -82,3 +89,6 @@ def test_two_workers_sharing_the_broker_file_publish_and_run_each_occurrence_onc
     assert traced.returncode == 0, traced.stderr
     occurrence = schedule.occurrence_id("ticker", "jobs.tick.handler", first)
     assert f"schedule occurrence {occurrence} (matching bypassed)" in traced.stdout
+    traced_json = run_relay(["trace", jobs.message_id(created_ms, seq), "--json"], env)
+    assert traced_json.returncode == 0, traced_json.stderr
+    assert assert_matches_schema(traced_json.stdout)["classification"] == occurrence

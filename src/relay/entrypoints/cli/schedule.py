@@ -29,25 +29,56 @@ from relay.domain.errors import RelayError
 from relay.domain.schedule import INSTANT_LENGTH
 from relay.entrypoints.cli.brokers import open_store
 from relay.entrypoints.cli.common import fail, out
-from relay.entrypoints.cli.fn_catalog import next_fire_text
+from relay.entrypoints.cli.fn_catalog import next_fire_at, next_fire_text
+from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import load_broker_settings, load_paths
 
 app = typer.Typer(help="Inspect cron schedules.", no_args_is_help=True)
 
 
 @app.command("ls")
-def ls() -> None:
+def ls(as_json: JsonFlag = False) -> None:
     """List every schedule with its last published and next occurrence."""
     rows = _schedules()
     prefixes = [schedule.schedule_prefix(fn, str(s.get("handler", ""))) for fn, s in rows]
     last: dict[str, str] | None
+    problem: str | None = None
     try:
         last = anyio.run(_latest, prefixes) if rows else {}
     except RelayError as exc:
-        typer.echo(f"relay: last published occurrences unknown: {exc}", err=True)
+        problem = f"last published occurrences unknown: {exc}"
+        typer.echo(f"relay: {problem}", err=True)
         last = None
+    if as_json:
+        emit_json("schedule.ls", schedules_document(rows, last, problem, time.time()))
+        return
     for line in render_schedules(rows, last, time.time()):
         out(line)
+
+
+def schedules_document(
+    rows: Sequence[tuple[str, Mapping[str, Any]]],
+    last: Mapping[str, str] | None,
+    problem: str | None,
+    now: float,
+) -> dict[str, Any]:
+    """``relay.schedule.ls/1``: ``last_published`` is ``null`` when never published
+    (in the 7 days the publish-if-new records live) or when the broker could not be
+    read, which ``last_published_error`` then says."""
+    schedules = []
+    for function, s in rows:
+        handler, cron = str(s.get("handler", "")), str(s.get("cron", ""))
+        zone = str(s.get("timezone") or "UTC")
+        occurrence = (last or {}).get(schedule.schedule_prefix(function, handler))
+        schedules.append({
+            "function": function,
+            "handler": handler,
+            "cron": cron,
+            "timezone": zone,
+            "last_published": occurrence[-INSTANT_LENGTH:] if occurrence else None,
+            "next_at": next_fire_at(cron, zone, now),
+        })
+    return {"schedules": schedules, "last_published_error": problem}
 
 
 def _schedules() -> list[tuple[str, Mapping[str, Any]]]:
