@@ -104,10 +104,10 @@ def ls(
             },
         )
         return
-    _print_table(found, now=now, narrowed=chosen.narrows and chosen.limit is None)
+    _print_table(found, now=now)
 
 
-def _print_table(found: Selected, *, now: float, narrowed: bool) -> None:
+def _print_table(found: Selected, *, now: float) -> None:
     rows = found.entries
     if not rows:
         out("No dead-lettered entries" + (" match the selection" if found.total else ""))
@@ -123,7 +123,7 @@ def _print_table(found: Selected, *, now: float, narrowed: bool) -> None:
         out("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
     if found.matched > len(rows):
         out(f"({len(rows)} of {found.matched} entries shown; use --limit 0 for all)")
-    elif narrowed and found.total > len(rows):
+    elif found.total > found.matched:
         out(f"({len(rows)} of {found.total} entries selected)")
 
 
