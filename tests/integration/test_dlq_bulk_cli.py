@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -352,3 +355,73 @@ async def test_dlq_retention_on_the_embedded_broker(tmp_path: Path) -> None:
     finally:
         store.close()
     assert sqlite_ids(env) == [w["mid_g"], w["new_h"], w["new_other"]]
+
+
+class StandInWorker:
+    """Answers every ``dlq_replay`` like the worker: deletes the entry, answers ok."""
+
+    def __init__(self, path: Path, client: redis.Redis, stream: str) -> None:
+        self.requests: list[str] = []
+        self._client, self._stream = client, stream
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(str(path))
+        self._server.listen(4)
+        self._server.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                data = b""
+                while not data.endswith(b"\n"):
+                    data += conn.recv(65536)
+                entry_id = json.loads(data)["entry_id"]
+                self.requests.append(entry_id)
+                self._client.xdel(f"relay:{self._stream}:dlq", entry_id)
+                conn.sendall(b'{"ok": true, "result": {}}\n')
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._server.close()
+
+
+def test_ctrl_c_stops_a_bulk_replay_before_the_next_entry_and_reports_it(
+    env: dict[str, str], client: redis.Redis, stream: str, world: dict[str, str]
+) -> None:
+    run_dir = Path(env["RELAY_RUN_DIR"])
+    run_dir.mkdir()
+    worker = StandInWorker(run_dir / "relay.sock", client, stream)
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "RELAY_"))}
+    proc = subprocess.Popen(
+        [RELAY, "dlq", "replay", "--function", "fn", "--rate", "1/m"],
+        env={**child_env, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # printed once the first replay is done
+        assert first.startswith(f"[1/3] replayed {world['old_h']}"), first
+        proc.send_signal(signal.SIGINT)  # now waiting a minute for the next slot
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        worker.close()
+        (run_dir / "relay.sock").unlink(missing_ok=True)
+        run_dir.rmdir()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert stdout.strip().startswith("Replayed 1, failed again 0, skipped 0 of 3 selected"), stdout
+    assert "interrupted, 2 not attempted" in stdout
+    assert worker.requests == [world["old_h"]]
+    assert sorted(dlq_ids(client, stream)) == sorted(v for k, v in world.items() if k != "old_h")
