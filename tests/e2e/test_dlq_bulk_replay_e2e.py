@@ -71,7 +71,8 @@ def test_a_bulk_replay_of_200_entries_is_paced_and_deletes_exactly_the_replayed_
     before = dlq_ids(sync_redis, stream)
     untouched = before[:10]
     selected = before[10:]
-    fields: Any = {eid.decode(): f for eid, f in sync_redis.xrange(key)}
+    stored: Any = sync_redis.xrange(key)
+    fields = {eid.decode(): f for eid, f in stored}
     failing = [i for i in selected if fields[i][b"handler"] == b"ft.marks.always_fail"]
     assert (len(selected), len(failing)) == (200, 16)
 
@@ -108,8 +109,8 @@ def test_dlq_retention_on_a_running_worker_expires_only_old_dead_letters(
     write_function(functions_dir)
     key = dlq_key(worker_env["REDIS_STREAM"])
     now_ms = int(time.time() * 1000)
-    old = sync_redis.xadd(key, entry("ft.marks.echo"), id=f"{now_ms - 2 * HOUR_MS}-0")  # type: ignore[arg-type]
-    fresh = sync_redis.xadd(key, entry("ft.marks.echo"), id=f"{now_ms - 10 * 60_000}-0")  # type: ignore[arg-type]
+    old: Any = sync_redis.xadd(key, entry("ft.marks.echo"), id=f"{now_ms - 2 * HOUR_MS}-0")  # type: ignore[arg-type]
+    fresh: Any = sync_redis.xadd(key, entry("ft.marks.echo"), id=f"{now_ms - 10 * 60_000}-0")  # type: ignore[arg-type]
     worker = relay_worker(env={"DLQ_RETENTION": "1h"})
     worker.wait_for("dead_letters_expired", timeout=60)
     remaining = dlq_ids(sync_redis, worker_env["REDIS_STREAM"])

@@ -7,7 +7,8 @@ import pytest
 
 from relay.application.dlq_retention import DeadLetterRetention
 from relay.domain.durations import HOUR
-from relay.entrypoints.config import ConfigError, load_settings
+from relay.domain.errors import ConfigError
+from relay.entrypoints.config import load_settings
 from tests.fakes import FakeClock
 
 BASE = {"REDIS_URI": "localhost:6379", "REDIS_STREAM": "events", "REDIS_GROUP": "relay"}
