@@ -238,3 +238,28 @@ def test_progress_is_plain_lines_when_not_a_terminal() -> None:
         "[1/2] replayed 1000-0 (fn/h)",
         "[2/2] replayed 1001-0 (fn/h)",
     ]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_is_one_bar_redrawn_in_place() -> None:
+    clock = FakeClock()
+    stream = Terminal()
+    entries = [stored(0), stored(1)]
+    worker = FakeWorker(clock, {"1001-0": ControlRequestError("boom", "ReplayFailed")})
+    replay_all(
+        entries,
+        rate=RateLimit(100.0),
+        send=worker,
+        progress=Progress(stream, 2),
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    text = stream.getvalue()
+    assert text.count("\n") == 1  # the bar's line ends once, after the run
+    frames = text.rstrip("\n").split("\r")[1:]
+    assert frames[-1] == f"[{'#' * 30}] 2/2  replayed 1  failed 1  skipped 0"
+    assert frames[0].startswith(f"[{'#' * 15}{'-' * 15}] 1/2")
