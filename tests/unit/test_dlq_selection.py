@@ -69,6 +69,12 @@ def test_a_limit_is_a_positive_whole_number(text: str) -> None:
     with pytest.raises(InvalidSelection, match="--limit"):
         parse_limit(text)
     assert parse_limit("25") == 25
+    assert parse_limit("0", zero_means_all=True) is None  # ls --limit 0: all
+
+
+def test_ls_says_that_zero_means_all_when_refusing_a_limit() -> None:
+    with pytest.raises(InvalidSelection, match="or 0 for all"):
+        parse_limit("-1", zero_means_all=True)
 
 
 def test_selection_matches_every_given_condition_and_nothing_else() -> None:

@@ -122,11 +122,14 @@ def parse_time_bound(flag: str, text: str, *, now_ms: int) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def parse_limit(text: str) -> int:
-    """A positive whole number of entries."""
+def parse_limit(text: str, *, zero_means_all: bool = False) -> int | None:
+    """A positive whole number of entries (``ls``: ``0`` too, meaning no limit)."""
     value = text.strip()
+    if zero_means_all and value == "0":
+        return None
     if not value.isdigit() or int(value) <= 0:
-        raise InvalidSelection(f"--limit {text!r} is invalid: expected a positive whole number")
+        accepts = "a positive whole number" + (", or 0 for all" if zero_means_all else "")
+        raise InvalidSelection(f"--limit {text!r} is invalid: expected {accepts}")
     return int(value)
 
 

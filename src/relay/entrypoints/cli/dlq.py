@@ -193,10 +193,9 @@ def rm(
 
 
 def _confirm(question: str) -> bool:
-    if not sys.stdin.isatty():
-        line = sys.stdin.readline()
+    if not sys.stdin.isatty():  # piped: one line answers; a closed stdin is "no"
         typer.echo(f"{question} [y/N]: ", err=True, nl=False)
-        return line.strip().lower() in {"y", "yes"}
+        return sys.stdin.readline().strip().lower() in {"y", "yes"}
     return typer.confirm(question, default=False, err=True)
 
 

@@ -75,9 +75,7 @@ def selection(
             fail(f"{flag} must not be empty", EXIT_USAGE)
     try:
         since_ms, until_ms = _window(since, until, before, now_ms=int(time.time() * 1000))
-        count = None
-        if limit is not None and not (zero_limit_is_all and limit.strip() == "0"):
-            count = parse_limit(limit)
+        count = parse_limit(limit, zero_means_all=zero_limit_is_all) if limit is not None else None
     except InvalidSelection as exc:
         fail(str(exc), EXIT_USAGE)
     return Selection(
