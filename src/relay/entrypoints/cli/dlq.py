@@ -28,10 +28,10 @@ import typer
 
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
 from relay.adapters.redis.dlq_reader import StoredDeadLetter
-from relay.domain.dlq_selection import DEFAULT_RATE, InvalidSelection, Selection, parse_rate
+from relay.domain.dlq_selection import DEFAULT_RATE
 from relay.entrypoints.cli.brokers import DeadLetters, broker_settings, with_dead_letters
-from relay.entrypoints.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, fail, out
-from relay.entrypoints.cli.dlq_bulk_replay import replay_all, stderr_progress, worker_sender
+from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
+from relay.entrypoints.cli.dlq_bulk_replay import REPLAY_TIMEOUT_S, replay_selection
 from relay.entrypoints.cli.dlq_select import (
     FunctionOpt,
     HandlerOpt,
@@ -41,6 +41,7 @@ from relay.entrypoints.cli.dlq_select import (
     SinceOpt,
     UntilOpt,
     check_function_known,
+    discard_all,
     select,
     selection,
 )
@@ -48,9 +49,6 @@ from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import BrokerSettings, RedisSettings, load_paths
 
 T = TypeVar("T")
-
-REPLAY_TIMEOUT_S = 360.0
-"""Longer than the largest handler timeout (5m) plus a container start."""
 
 app = typer.Typer(
     help="List, inspect, replay and remove dead-lettered entries.", no_args_is_help=True
@@ -186,7 +184,7 @@ def rm(
     if not yes and not _confirm(f"Remove {count} dead-lettered entries ({chosen.describe()})?"):
         fail("nothing removed (answer y to remove, or pass --yes)")
     ids = [stored.id for stored in found.entries]
-    removed = _with_reader(settings, lambda reader: _discard_all(reader, ids))
+    removed = _with_reader(settings, lambda reader: discard_all(reader, ids))
     gone = count - removed
     suffix = f" ({gone} were already gone)" if gone else ""
     out(f"Removed {removed} entries{suffix}")
@@ -197,13 +195,6 @@ def _confirm(question: str) -> bool:
         typer.echo(f"{question} [y/N]: ", err=True, nl=False)
         return sys.stdin.readline().strip().lower() in {"y", "yes"}
     return typer.confirm(question, default=False, err=True)
-
-
-async def _discard_all(reader: DeadLetters, ids: list[str]) -> int:
-    removed = 0
-    for entry_id in ids:
-        removed += await reader.discard(entry_id)
-    return removed
 
 
 async def _delete(reader: DeadLetters, entry_id: str) -> StoredDeadLetter:
@@ -233,7 +224,7 @@ def replay(
     each entry is deleted only after its replay succeeded."""
     flags = (function, handler, since, until, reason, limit)
     if entry_id is None:
-        _replay_selection(
+        replay_selection(
             selection(
                 function=function,
                 handler=handler,
@@ -244,6 +235,7 @@ def replay(
             ),
             rate,
             dry_run=dry_run,
+            load=lambda: _settings(need_group=True),
         )
         return
     if any(flag is not None for flag in flags) or dry_run:
@@ -270,48 +262,6 @@ def _replay_one(entry_id: str) -> None:
     # even if the worker could not (it answered success, so deleting is now correct).
     _with_reader(settings, lambda reader: reader.discard(entry.id))
     out(f"Replayed {entry.id} ({entry.entry.function}/{entry.entry.handler}); entry removed")
-
-
-def _replay_selection(chosen: Selection, rate_text: str, *, dry_run: bool) -> None:
-    if chosen.function is None:
-        fail("a bulk replay needs --function (or give one entry id)", EXIT_USAGE)
-    try:
-        pace = parse_rate(rate_text)
-    except InvalidSelection as exc:
-        fail(str(exc), EXIT_USAGE)
-    settings = _settings(need_group=True)
-    found = _with_reader(settings, lambda r: select(r, chosen, newest_first=False))
-    check_function_known(chosen, found)
-    entries = found.entries
-    if dry_run:
-        for stored in entries:
-            e, what = stored.entry, "would replay" if stored.replayable else "would skip"
-            out(f"{what} {stored.id} ({e.function}/{e.handler})")
-        replayable = sum(stored.replayable for stored in entries)
-        out(
-            f"Dry run: {replayable} would be replayed, {len(entries) - replayable} skipped, "
-            f"at {pace.per_s:g}/s (at least {pace.start_offset_s(max(0, replayable - 1)):.1f}s);"
-            " nothing was sent or removed"
-        )
-        return
-    if not entries:
-        out(f"No dead-lettered entries match ({chosen.describe()}); nothing replayed")
-        return
-    socket = load_paths(os.environ).socket
-    run = replay_all(
-        entries,
-        rate=pace,
-        send=worker_sender(socket, REPLAY_TIMEOUT_S),
-        progress=stderr_progress(len(entries)),
-    )
-    if run.replayed:  # as the single-id form: gone for certain once the worker said success
-        replayed = run.replayed
-        _with_reader(settings, lambda reader: _discard_all(reader, replayed))
-    out(run.summary())
-    if run.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if run.failed or run.stopped_by:
-        raise typer.Exit(EXIT_FAILURE)
 
 
 def entry_json(stored: StoredDeadLetter, *, now: float) -> dict[str, Any]:

@@ -14,6 +14,7 @@ deleted only if it succeeded).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -21,9 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+import typer
+
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
 from relay.adapters.redis.dlq_reader import StoredDeadLetter
-from relay.domain.dlq_selection import RateLimit
+from relay.domain.dlq_selection import InvalidSelection, RateLimit, Selection, parse_rate
+from relay.entrypoints.cli.brokers import with_dead_letters
+from relay.entrypoints.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, fail, out
+from relay.entrypoints.cli.dlq_select import check_function_known, discard_all, select
+from relay.entrypoints.config import BrokerSettings, RedisSettings, load_paths
+
+Settings = tuple[BrokerSettings, RedisSettings]
+
+REPLAY_TIMEOUT_S = 360.0
+"""Longer than the largest handler timeout (5m) plus a container start."""
 
 GONE_KINDS = frozenset({"DeadLetterNotFound"})
 """Worker error kinds meaning the entry is no longer there (someone else removed it)."""
@@ -156,3 +168,48 @@ def _one(run: ReplayRun, stored: StoredDeadLetter, send: Send) -> str:
 
 def stderr_progress(total: int) -> Progress:
     return Progress(sys.stderr, total)
+
+
+def replay_selection(
+    chosen: Selection, rate_text: str, *, dry_run: bool, load: Callable[[], Settings]
+) -> None:
+    """The ``relay dlq replay --function F ...`` command, after its flags parsed."""
+    if chosen.function is None:
+        fail("a bulk replay needs --function (or give one entry id)", EXIT_USAGE)
+    try:
+        pace = parse_rate(rate_text)
+    except InvalidSelection as exc:
+        fail(str(exc), EXIT_USAGE)
+    settings = load()  # after the flags: a usage error never waits on the environment
+    found = with_dead_letters(settings, lambda r: select(r, chosen, newest_first=False))
+    check_function_known(chosen, found)
+    entries = found.entries
+    if dry_run:
+        for stored in entries:
+            e, what = stored.entry, "would replay" if stored.replayable else "would skip"
+            out(f"{what} {stored.id} ({e.function}/{e.handler})")
+        replayable = sum(stored.replayable for stored in entries)
+        out(
+            f"Dry run: {replayable} would be replayed, {len(entries) - replayable} skipped, "
+            f"at {pace.per_s:g}/s (at least {pace.start_offset_s(max(0, replayable - 1)):.1f}s);"
+            " nothing was sent or removed"
+        )
+        return
+    if not entries:
+        out(f"No dead-lettered entries match ({chosen.describe()}); nothing replayed")
+        return
+    socket = load_paths(os.environ).socket
+    run = replay_all(
+        entries,
+        rate=pace,
+        send=worker_sender(socket, REPLAY_TIMEOUT_S),
+        progress=stderr_progress(len(entries)),
+    )
+    if run.replayed:  # as the single-id form: gone for certain once the worker said success
+        replayed = run.replayed
+        with_dead_letters(settings, lambda reader: discard_all(reader, replayed))
+    out(run.summary())
+    if run.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if run.failed or run.stopped_by:
+        raise typer.Exit(EXIT_FAILURE)

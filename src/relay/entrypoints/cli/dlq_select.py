@@ -142,3 +142,11 @@ def _loaded_functions() -> set[str]:
             db.close()
     except sqlite3.Error:
         return set()  # an unreadable state database only loses the typo check
+
+
+async def discard_all(reader: DeadLetters, ids: list[str]) -> int:
+    """Delete each entry still there; how many this call removed."""
+    removed = 0
+    for entry_id in ids:
+        removed += await reader.discard(entry_id)
+    return removed
