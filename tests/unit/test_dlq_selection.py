@@ -112,7 +112,7 @@ def test_the_limit_spaces_starts_so_n_replays_take_at_least_n_minus_one_interval
     assert pace.wait_s(2, elapsed_s=0.9) == 0.0
 
 
-class FakeClock:
+class SteppingClock:
     """Monotonic seconds that move only when the code sleeps (or a send takes time)."""
 
     def __init__(self) -> None:
@@ -147,7 +147,7 @@ def stored(n: int, handler: str = "h", function: str = "fn") -> StoredDeadLetter
 class FakeWorker:
     """Answers ``dlq_replay`` like the worker: per entry id, ok or an error."""
 
-    def __init__(self, clock: FakeClock, errors: dict[str, BaseException]) -> None:
+    def __init__(self, clock: SteppingClock, errors: dict[str, BaseException]) -> None:
         self.clock = clock
         self.errors = errors
         self.sent: list[tuple[str, float]] = []
@@ -161,8 +161,8 @@ class FakeWorker:
 
 
 def test_replays_are_paced_and_sorted_into_replayed_failed_and_skipped() -> None:
-    clock = FakeClock()
-    entries = [stored(i) for i in range(5)] + [stored(9, handler="-", function="-")]
+    clock = SteppingClock()
+    entries = [stored(9, handler="-", function="-")] + [stored(i) for i in range(5)]
     worker = FakeWorker(
         clock,
         {
@@ -179,17 +179,19 @@ def test_replays_are_paced_and_sorted_into_replayed_failed_and_skipped() -> None
         sleep=clock.sleep,
     )
     starts = [at for _id, at in worker.sent]
-    assert [entry_id for entry_id, _at in worker.sent] == [e.id for e in entries[:5]]
+    assert [entry_id for entry_id, _at in worker.sent] == [e.id for e in entries[1:]]
+    assert starts[0] == 0.0  # the skipped entry cost no pacing slot
+    assert starts[-1] >= 0.4 - 1e-9  # 5 requests at 10/s: at least 4 intervals
     assert all(b - a >= 0.1 - 1e-9 for a, b in itertools.pairwise(starts))
     assert result.replayed == ["1000-0", "1002-0", "1004-0"]
     assert result.failed == ["1001-0"]
-    assert result.skipped == ["1003-0", "1009-0"]  # already gone; malformed (never sent)
+    assert result.skipped == ["1009-0", "1003-0"]  # malformed (never sent); already gone
     assert not result.interrupted
     assert result.summary().startswith("Replayed 3, failed again 1, skipped 2 of 6 selected")
 
 
 def test_ctrl_c_during_a_replay_stops_the_run_and_names_the_entry_in_flight() -> None:
-    clock = FakeClock()
+    clock = SteppingClock()
     worker = FakeWorker(clock, {"1002-0": KeyboardInterrupt()})
     entries = [stored(i) for i in range(5)]
     result = replay_all(
@@ -210,7 +212,7 @@ def test_ctrl_c_during_a_replay_stops_the_run_and_names_the_entry_in_flight() ->
 
 
 def test_a_worker_that_goes_away_stops_the_run_and_keeps_the_rest() -> None:
-    clock = FakeClock()
+    clock = SteppingClock()
     worker = FakeWorker(clock, {"1001-0": WorkerUnavailable("no relay worker is running")})
     entries = [stored(i) for i in range(4)]
     result = replay_all(
@@ -229,7 +231,7 @@ def test_a_worker_that_goes_away_stops_the_run_and_keeps_the_rest() -> None:
 
 
 def test_progress_is_plain_lines_when_not_a_terminal() -> None:
-    clock = FakeClock()
+    clock = SteppingClock()
     stream = io.StringIO()
     entries = [stored(0), stored(1)]
     replay_all(
@@ -252,7 +254,7 @@ class Terminal(io.StringIO):
 
 
 def test_progress_on_a_terminal_is_one_bar_redrawn_in_place() -> None:
-    clock = FakeClock()
+    clock = SteppingClock()
     stream = Terminal()
     entries = [stored(0), stored(1)]
     worker = FakeWorker(clock, {"1001-0": ControlRequestError("boom", "ReplayFailed")})

@@ -130,12 +130,14 @@ def replay_all(
     run = ReplayRun(selected=len(entries))
     started = clock()
     try:
-        for index, stored in enumerate(entries):
+        sent = 0  # pacing counts requests: a skipped entry costs no slot
+        for stored in entries:
             if not stored.replayable:
                 run.skipped.append(stored.id)
                 progress.step(run, stored, "skipped (malformed message, no handler)")
                 continue
-            sleep(rate.wait_s(index, clock() - started))
+            sleep(rate.wait_s(sent, clock() - started))
+            sent += 1
             run.in_flight = stored.id
             outcome = _one(run, stored, send)
             run.in_flight = None
