@@ -275,7 +275,7 @@ def text_lines(
     report: DryRunReport, request: Request, where: dict[str, str], invalid: list[Loaded]
 ) -> list[str]:
     source = "dead letters of" if request.source == "dlq" else "stream"
-    noun = "event" if report.entries == 1 else "events"
+    noun = "entry" if report.entries == 1 else "entries"
     span = f" ({report.newest_id} back to {report.oldest_id})" if report.entries else ""
     when = (
         "now() at each entry's own time"
@@ -310,7 +310,7 @@ def text_lines(
         lines.append(f"malformed {m.id}: {m.reason}")
     if invalid:
         lines.append(
-            "a worker with these templates keeps every message pending until the invalid"
-            " ones are fixed or removed"
+            "a worker with these templates runs the valid ones but keeps every message pending"
+            " until the invalid ones are fixed or removed"
         )
     return lines
