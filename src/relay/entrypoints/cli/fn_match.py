@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import msgspec
@@ -29,6 +29,7 @@ from relay.application.dry_run import (
     SampledEntry,
     dry_run_catalog,
 )
+from relay.application.ports import StreamSample
 from relay.domain.durations import DurationError, parse_duration
 from relay.domain.errors import RelayError
 from relay.domain.outcome import rfc3339
@@ -63,7 +64,8 @@ SinceOption = Annotated[
 LimitOption = Annotated[
     int | None,
     typer.Option(
-        "--limit", help=f"Dry run: read at most this many events [default: {DRY_RUN_LIMIT}]."
+        "--limit",
+        help=f"Dry run: read at most this many events (default {DRY_RUN_LIMIT}, newest first).",
     ),
 ]
 ExplainOption = Annotated[
@@ -95,24 +97,21 @@ class Request(msgspec.Struct, frozen=True, kw_only=True):
     explain: bool
 
 
-class _Sample(Protocol):
-    async def check(self) -> None: ...
-    async def server_ms(self) -> int: ...
-    def newest(self, *, since_ms: int | None, limit: int) -> AsyncIterator[SampledEntry]: ...
-
-
 def dry_request(flags: DryFlags, *, one_event: bool, at: float | None) -> Request | None:
     """The dry run asked for, ``None`` for the single-event mode; a misuse of the
     options is one line and exit 2."""
     if flags.from_stream and flags.from_dlq:
         fail("--from-stream and --from-dlq cannot be combined: choose one source", EXIT_USAGE)
     if not (flags.from_stream or flags.from_dlq):
-        given = [name for name, value in (("--since", flags.since), ("--limit", flags.limit))
-                 if value is not None]  # fmt: skip
-        given += [name for name, on in (("--explain", flags.explain), ("--json", flags.as_json))
-                  if on]  # fmt: skip
-        if given:
-            fail(f"{given[0]} needs --from-stream or --from-dlq", EXIT_USAGE)
+        given = {
+            "--since": flags.since is not None,
+            "--limit": flags.limit is not None,
+            "--explain": flags.explain,
+            "--json": flags.as_json,
+        }
+        misused = [name for name, on in given.items() if on]
+        if misused:
+            fail(f"{misused[0]} needs --from-stream or --from-dlq", EXIT_USAGE)
         return None
     if one_event:
         fail(
@@ -163,11 +162,11 @@ def run_dry(loaded: list[Loaded], request: Request, *, as_json: bool) -> None:
     broker, redis_settings = broker_settings(need_group=False)
     stream = redis_settings.stream
 
-    async def read_all(sample: _Sample, dead: DeadLetters | None) -> None:
+    async def read_all(sample: StreamSample, dead: DeadLetters | None) -> None:
         await sample.check()
         since = None
         if request.since_ms is not None:
-            since = await sample.server_ms() - request.since_ms
+            since = max(0, await sample.server_ms() - request.since_ms)
         entries = (
             sample.newest(since_ms=since, limit=request.limit)
             if dead is None
