@@ -143,3 +143,53 @@ def test_a_broker_file_of_other_streams_names_them(functions: Path, tmp_path: Pa
         f"relay: stream 'events' has no entries in broker file {path} (it holds 'orders';"
         " REDIS_STREAM names it)\n"
     )
+
+
+def _dead_letter(conn: sqlite3.Connection, created_ms: int, original: str, fn: str) -> None:
+    event = json.dumps({"event_name": "INSERT", "table_name": "users"})
+    conn.execute(
+        "INSERT INTO dlq (created_ms, original_stream, original_id, grp, consumer, event,"
+        " reason, function, handler, deliveries, handler_attempts, timestamp)"
+        " VALUES (?, 'events', ?, 'relay', 'worker-1', ?, 'exit 1', ?, 'h.h', 5, 5, '')",
+        (created_ms, original, event, fn),
+    )
+
+
+def _publish_old(path: Path, stream: str, created_ms: int) -> None:
+    insert = b'{"event_name": "INSERT", "table_name": "users"}'
+
+    async def run() -> None:
+        store = await anyio.to_thread.run_sync(BrokerStore, path, SystemClock())
+        try:
+            await store.write(lambda c, _: jobs.publish(c, created_ms, stream, insert, 2))
+        finally:
+            await anyio.to_thread.run_sync(store.close)
+
+    anyio.run(run)
+
+
+def test_since_on_the_embedded_broker_and_its_dead_letters(functions: Path, tmp_path: Path) -> None:
+    path = tmp_path / "broker.sqlite3"
+    old_ms = int(SystemClock().now() * 1000) - 2 * 3600 * 1000
+    _publish_old(path, "events", old_ms)  # two hours old
+    _fill(path, "events")  # 50 events and one malformed, created just now
+    conn = sqlite3.connect(path)
+    with conn:
+        _dead_letter(conn, old_ms, f"{old_ms}-1", "users")  # dead-lettered two hours ago
+        _dead_letter(conn, old_ms + 7_000_000, "1-1", "users")
+        _dead_letter(conn, old_ms + 7_000_001, "1-1", "other")  # the same message again
+    conn.close()
+    env = {"RELAY_BROKER": "sqlite", "RELAY_BROKER_PATH": str(path)}
+
+    hour = invoke(str(functions), "--from-stream", "--since", "1h", "--json", env=env)
+    dead = invoke(str(functions), "--from-dlq", "--since", "1h", "--json", env=env)
+    every = invoke(str(functions), "--from-dlq", "--json", env=env)
+
+    assert hour.exit_code == 0, hour.output
+    recent = assert_matches_schema(hour.output)
+    assert (recent["entries"], recent["matched"]) == (51, 30)
+    assert recent["oldest_id"].endswith("-2")  # the first job after the old one
+    assert dead.exit_code == 0, dead.output
+    dlq = assert_matches_schema(dead.output)
+    assert (dlq["source"], dlq["entries"], dlq["matched"]) == ("dlq", 1, 1)
+    assert assert_matches_schema(every.output)["entries"] == 2

@@ -8,7 +8,7 @@ still in the file is read whatever its state, as ``XREVRANGE`` reads a stream.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from relay.adapters.sqlite.broker import jobs
@@ -46,12 +46,16 @@ class SqliteStreamSample:
         return self._store.now_ms()
 
     async def newest(self, *, since_ms: int | None, limit: int) -> AsyncIterator[SampledEntry]:
-        """Up to ``limit`` jobs, newest first, none created before ``since_ms``."""
+        """Up to ``limit`` jobs, newest first, stopping at the first one created before
+        ``since_ms`` (rows are walked down the primary key, so a cut-off costs no scan
+        of the older rows)."""
         before: int | None = None
         left = limit
         while left > 0:
-            rows = await self._store.read(self._page(since_ms, before, min(PAGE, left)))
+            rows = await self._store.read(self._page(before, min(PAGE, left)))
             for seq, created_ms, payload in rows:
+                if since_ms is not None and created_ms < since_ms:
+                    return
                 yield SampledEntry(
                     id=jobs.message_id(created_ms, seq), payload=payload, at=created_ms / 1000
                 )
@@ -60,18 +64,14 @@ class SqliteStreamSample:
                 return
             before = rows[-1][0]
 
-    def _page(self, since_ms: int | None, before: int | None, count: int) -> Any:
+    def _page(self, before: int | None, count: int) -> Callable[[sqlite3.Connection], list[Any]]:
         def query(c: sqlite3.Connection) -> list[Any]:
-            sql = "SELECT seq, created_ms, payload FROM jobs WHERE stream = ?"
-            args: list[Any] = [self._stream]
-            if since_ms is not None:
-                sql += " AND created_ms >= ?"
-                args.append(since_ms)
-            if before is not None:
-                sql += " AND seq < ?"
-                args.append(before)
-            sql += " ORDER BY seq DESC LIMIT ?"
-            args.append(count)
-            return c.execute(sql, args).fetchall()
+            if before is None:
+                sql = "SELECT seq, created_ms, payload FROM jobs WHERE stream = ?"
+                args: tuple[Any, ...] = (self._stream, count)
+            else:
+                sql = "SELECT seq, created_ms, payload FROM jobs WHERE stream = ? AND seq < ?"
+                args = (self._stream, before, count)
+            return c.execute(sql + " ORDER BY seq DESC LIMIT ?", args).fetchall()
 
         return query
