@@ -97,9 +97,8 @@ class _Rule:
         self.seen = 0  # non-matches examined for the explanation
         self.samples: list[NonMatch] = []
 
-    def consider(self, entry_id: str, event: dict[str, object], now: float) -> None:
-        if self.seen >= EXPLAIN_EXAMINED:
-            return
+    def consider(self, entry_id: str, event: dict[str, object], now: float) -> bool:
+        """Word why ``event`` missed; ``False`` once enough non-matches were examined."""
         self.seen += 1
         try:
             reasons = tuple(self.rule.pattern.explain(event, now))
@@ -111,6 +110,7 @@ class _Rule:
         # nearest misses first, then the order read (sort is stable)
         self.samples.sort(key=lambda sample: len(sample.reasons))
         del self.samples[EXPLAIN_SAMPLES:]
+        return self.seen < EXPLAIN_EXAMINED
 
 
 class DryRun:
@@ -127,11 +127,12 @@ class DryRun:
         self._catalog = catalog
         self._max_bytes = max_event_bytes
         self._at = at
-        self._explain = explain
         self._rules: dict[tuple[str, int], _Rule] = {}
         for name in sorted(catalog.functions):
             for i, rule in enumerate(catalog.functions[name].template.events):
                 self._rules[name, i] = _Rule(name, i, rule)
+        # the rules still collecting non-matches to explain
+        self._explaining = dict(self._rules) if explain else {}
         self._entries = self._matched = self._unmatched = self._occurrences = 0
         self._malformed: list[MalformedEntry] = []
         self._malformed_count = 0
@@ -160,12 +161,12 @@ class DryRun:
             self._matched += 1
         else:
             self._unmatched += 1
-        if self._explain and len(hit) < len(self._rules):
+        if self._explaining and not self._explaining.keys() <= hit:
             event = inspect_payload(entry.payload, self._max_bytes)
             assert isinstance(event, dict)  # classify decoded it just now
-            for key, rule in self._rules.items():
-                if key not in hit:
-                    rule.consider(entry.id, event, now)
+            for key, rule in list(self._explaining.items()):
+                if key not in hit and not rule.consider(entry.id, event, now):
+                    del self._explaining[key]  # examined enough non-matches
 
     def _add_malformed(self, entry_id: str, reason: str) -> None:
         self._malformed_count += 1
