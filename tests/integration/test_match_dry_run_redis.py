@@ -283,6 +283,11 @@ def test_from_dlq_reads_each_original_event_once_and_keeps_every_entry(
     assert (document["matched"], document["malformed"]) == (1, 1)
     assert document["malformed_samples"][0]["reason"].startswith("event is 300000 bytes")
     assert client.xrange(dlq) == before
+    # dead letters outlive their stream: a deleted stream does not hide them
+    client.delete(stream)
+    again = relay_match(redis_url, stream, str(functions), "--from-dlq", "--json")
+    assert again.returncode == 0, again.stderr
+    assert assert_matches_schema(again.stdout)["entries"] == 2
 
 
 @pytest.mark.parametrize("source", ["--from-stream", "--from-dlq"])

@@ -27,6 +27,7 @@ from relay.application.dry_run import (
     DryRunReport,
     RuleCount,
     SampledEntry,
+    StreamNotFound,
     dry_run_catalog,
 )
 from relay.application.ports import StreamSample
@@ -138,7 +139,7 @@ def parse_since(text: str) -> int:
         ns = 0
     if ns <= 0:
         fail(f"--since: {text!r} is not a positive duration (examples: 30m, 1h, 24h)", EXIT_USAGE)
-    return ns // 1_000_000
+    return -(-ns // 1_000_000)  # at least 1 ms: a positive duration stays positive
 
 
 def max_event_bytes() -> int:
@@ -163,7 +164,12 @@ def run_dry(loaded: list[Loaded], request: Request, *, as_json: bool) -> None:
     stream = redis_settings.stream
 
     async def read_all(sample: StreamSample, dead: DeadLetters | None) -> None:
-        await sample.check()
+        try:
+            await sample.check()
+        except StreamNotFound:
+            # dead letters outlive a deleted stream: only a name naming neither is wrong
+            if dead is None or not await dead.count():
+                raise
         since = None
         if request.since_ms is not None:
             since = max(0, await sample.server_ms() - request.since_ms)
