@@ -36,6 +36,7 @@ import anyio
 import msgspec
 
 from relay.application.bus import Outcome
+from relay.application.classify import Occurrence, classify
 from relay.application.dispatch_events import (
     ended_event,
     fenced_event,
@@ -48,12 +49,7 @@ from relay.application.dispatch_events import (
 from relay.application.dispatch_lease import Lease, Leases
 from relay.application.environment import resolve_environment
 from relay.application.log_context import log_context
-from relay.application.occurrence_plan import (
-    OccurrenceGone,
-    OccurrenceRun,
-    OccurrenceWait,
-    plan_occurrence,
-)
+from relay.application.occurrence_plan import OccurrenceGone, OccurrenceRun, OccurrenceWait
 from relay.application.ports import (
     CatalogSource,
     Clock,
@@ -108,13 +104,11 @@ from relay.domain.outcome import (
     MalformedRequest,
     MessageContext,
     Settlement,
-    classify_failure,
-    inspect_payload,
     rfc3339,
     split_field,
     unique_in_order,
 )
-from relay.domain.schedule import Envelope, InvalidOccurrence
+from relay.domain.schedule import Envelope
 from relay.domain.template import HandlerRule, Template
 
 Notify = Callable[[DomainEvent], None]
@@ -243,15 +237,11 @@ class MessageDispatcher:
         """Decode and match; an event that cannot be decoded or classified for any
         reason (not JSON, too deep for the decoder or the matcher, ...) is malformed."""
         catalog = self._registry.current()
-        try:
-            decoded = inspect_payload(payload, self._max_event_bytes)
-            if isinstance(decoded, Malformed):
-                return decoded
-            if schedule.is_occurrence(decoded):
-                return _plan_occurrence(decoded, catalog, payload or b"")
-            matches = catalog.index.match(decoded, self._clock.now())
-        except Exception as exc:  # noqa: BLE001 - whatever breaks classification dead-letters it
-            return classify_failure(exc, payload or b"")
+        matches = classify(payload, self._max_event_bytes, catalog, self._clock.now())
+        if isinstance(matches, Malformed):
+            return matches
+        if not isinstance(matches, list):
+            return _plan_occurrence(matches)
         plan: dict[str, _Planned] = {}
         for match in matches:
             fn = catalog.functions.get(match.function)
@@ -599,12 +589,10 @@ class MessageDispatcher:
         return MessageReport(message_id=ctx.message_id, acknowledged=acked, outcome=outcome)
 
 
-def _plan_occurrence(event: dict[str, Any], catalog: Catalog, payload: bytes) -> _Plan | Malformed:
+def _plan_occurrence(found: Occurrence) -> _Plan:
     """An occurrence plans exactly its schedule's handler (see
     :mod:`relay.application.occurrence_plan`)."""
-    match plan_occurrence(event, catalog):
-        case InvalidOccurrence(reason):
-            return Malformed(reason, payload.decode("utf-8", "replace"))
+    match found:
         case OccurrenceWait(occurrence):
             return _Plan(invocations=(), functions=(), occurrence=occurrence, waiting=True)
         case OccurrenceGone(occurrence):
@@ -618,7 +606,7 @@ def _plan_occurrence(event: dict[str, Any], catalog: Catalog, payload: bytes) ->
                 handler_input=schedule.handler_payload(occurrence),
                 skip_overlap=rule.overlap == "skip",
             )
-    raise AssertionError(event)
+    raise AssertionError(found)
 
 
 def _released(ctx: MessageContext, planned: _Planned, status: ClaimStatus, reason: str) -> _Run:
