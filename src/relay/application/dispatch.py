@@ -35,6 +35,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from relay.application.breakers import BreakerBoard, counted_result
 from relay.application.bus import Outcome
 from relay.application.dispatch_events import (
     newly_exhausted_events,
@@ -203,8 +204,10 @@ class MessageDispatcher:
         notify: Notify = _discard,
         lease_grace_ms: int = LEASE_GRACE_MS,
         history: OccurrenceHistory | None = None,
+        breakers: BreakerBoard | None = None,
     ) -> None:
-        """``history`` answers ``overlap: skip``; without one, occurrences overlap."""
+        """``history`` answers ``overlap: skip``; without one, occurrences overlap.
+        ``breakers`` holds invocations of functions whose breaker is open."""
         self._stream = stream
         self._ledger = ledger
         self._registry = registry
@@ -218,6 +221,7 @@ class MessageDispatcher:
         self._pad_ms = int(slot_wait_s * 1000) + lease_grace_ms
         self._notify = notify
         self._history = history
+        self._breakers = breakers
 
     async def __call__(self, command: DispatchMessage) -> Outcome[MessageReport]:
         message = command.message
@@ -438,6 +442,7 @@ class MessageDispatcher:
                 runs.append(_released(ctx, by_field[status.field], status, "shutdown"))
             with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _CLEANUP_S):
                 await self._finish(ctx, self._finish_request(ctx, token, runs, plan))
+            self._record_breakers(ctx, plan, runs, None)
             raise
         return runs
 
@@ -452,6 +457,10 @@ class MessageDispatcher:
         fn, handler, attempt = planned.function, planned.rule.handler, status.attempt
         timeout_ns = clamp_timeout_ns(planned.rule.timeout_ns)
         with log_context(function=fn, handler=handler, attempt=attempt):
+            if self._breakers is not None and not self._breakers.admit(
+                fn, planned.template.breaker, _breaker_key(ctx, planned)
+            ):
+                return _released(ctx, planned, status, "breaker_open")
             try:
                 async with self._slots.acquire(fn):
                     result = await self._invoke(ctx, payload, planned, lease.guard(timeout_ns))
@@ -524,10 +533,12 @@ class MessageDispatcher:
         # completes even if this task is cancelled meanwhile (the port's promise).
         settled = await self._finish(ctx, self._finish_request(ctx, token, runs, plan))
         if settled is None:
+            self._record_breakers(ctx, plan, runs, None)
             for run in runs:
                 self._publish(run.events)
             return self._kept(ctx, "finish_failed")
         rejected = set(settled.rejected)
+        self._record_breakers(ctx, plan, runs, rejected)
         by_field = {p.field: p for p in plan.invocations}
         for run in runs:
             if run.report.field in rejected:
@@ -573,6 +584,21 @@ class MessageDispatcher:
             return self._kept(ctx, "ledger_unavailable")
         self._publish(settlement_events(ctx.message_id, settlement, outcome="malformed"))
         return self._report(ctx, settlement.acknowledged, "malformed")
+
+    def _record_breakers(
+        self, ctx: MessageContext, plan: _Plan, runs: list[_Run], rejected: set[str] | None
+    ) -> None:
+        """Each run's result, once the ledger answered, to its function's breaker: a
+        result it rejected (fenced) or never received (``rejected`` None) counts as none."""
+        if self._breakers is None:
+            return
+        by_field = {p.field: p for p in plan.invocations}
+        for run in runs:
+            planned = by_field[run.report.field]
+            counts = rejected is not None and planned.field not in rejected
+            ok = counted_result(run.report.transition) if counts else None
+            key = _breaker_key(ctx, planned)
+            self._breakers.record(planned.function, planned.template.breaker, key, ok)
 
     # --- lease renewal (used by _Lease) ---------------------------------------------
 
@@ -700,6 +726,10 @@ def _ended(ctx: MessageContext, plan: _Plan) -> DomainEvent:
         message_id=ctx.message_id,
         occurrence_id=occurrence.occurrence_id,
     )
+
+
+def _breaker_key(ctx: MessageContext, planned: _Planned) -> str:
+    return f"{ctx.message_id}/{planned.field}"
 
 
 def _fenced(ctx: MessageContext, planned: _Planned, attempt: int) -> InvocationFenced:

@@ -23,6 +23,7 @@ from relay.domain import schedule
 from relay.domain.template import ScheduleRule
 from relay.entrypoints.cli import cron_text
 from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.fn_breaker import breaker_lines, fetch_breaker
 from relay.entrypoints.config import load_paths
 
 _LABEL = 17  # "Last reconcile:  " — every inspect value starts in this column
@@ -79,6 +80,7 @@ def inspect_(name: str) -> None:
     paths = load_paths(os.environ)
     pool = fetch_pool(paths.socket, name)
     lines = render_inspect(found[0], stats[0] if stats else {}, pool, time.time())
+    lines += breaker_lines(fetch_breaker(paths.socket, name), name)
     for line in lines:
         out(line)
 
