@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 from structlog.testing import capture_logs
 
@@ -176,3 +178,36 @@ async def test_forced_open_holds_until_forced_closed_and_unknown_functions_are_r
         await world.bus.send(GetBreaker(function="nope"))
     with pytest.raises(UnknownBreakerTarget, match='must be "open" or "closed"'):
         await world.bus.send(ForceBreaker(function="pay", state="half"))
+
+
+async def test_invocations_queued_for_a_slot_when_it_opens_are_held() -> None:
+    world = World(slot_wait_s=30)
+    world.function(
+        "pay",
+        {
+            "concurrency": 1,
+            "breaker": {"failures": 1},
+            "events": [rule("pay.charge", {"kind": ["order"]}, retries=10)],
+        },
+    )
+    gate = anyio.Event()
+
+    async def down_after_the_gate(request: InvocationRequest) -> InvocationResult:
+        await gate.wait()
+        return DOWN
+
+    world.runtime.script[FIELD] = down_after_the_gate
+    reports = []
+
+    async def deliver(n: int) -> None:
+        reports.append(await world.deliver(order(n)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(deliver, 1)
+        tg.start_soon(deliver, 2)
+        while world.slots.waits_total < 1:  # the second one waits for the only slot
+            await anyio.lowlevel.checkpoint()
+        gate.set()
+    assert len(world.runtime.requests) == 1  # the queued one never ran
+    assert sorted(r.outcome for r in reports) == ["deferred", "retrying"]
+    assert [d.reason for d in world.of(ev.InvocationDeferred)] == ["breaker_open"]

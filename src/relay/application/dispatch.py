@@ -457,12 +457,12 @@ class MessageDispatcher:
         fn, handler, attempt = planned.function, planned.rule.handler, status.attempt
         timeout_ns = clamp_timeout_ns(planned.rule.timeout_ns)
         with log_context(function=fn, handler=handler, attempt=attempt):
-            if self._breakers is not None and not self._breakers.admit(
-                fn, planned.template.breaker, _breaker_key(ctx, planned)
-            ):
-                return _released(ctx, planned, status, "breaker_open")
             try:
                 async with self._slots.acquire(fn):
+                    # Asked only once a slot is held: invocations queued for the slot
+                    # when the breaker opens must not all run against a dead downstream.
+                    if not self._admitted(ctx, planned):
+                        return _released(ctx, planned, status, "breaker_open")
                     result = await self._invoke(ctx, payload, planned, lease.guard(timeout_ns))
             except SlotUnavailable:
                 return _released(ctx, planned, status, "slot_unavailable")
@@ -584,6 +584,12 @@ class MessageDispatcher:
             return self._kept(ctx, "ledger_unavailable")
         self._publish(settlement_events(ctx.message_id, settlement, outcome="malformed"))
         return self._report(ctx, settlement.acknowledged, "malformed")
+
+    def _admitted(self, ctx: MessageContext, planned: _Planned) -> bool:
+        if self._breakers is None:
+            return True
+        key = _breaker_key(ctx, planned)
+        return self._breakers.admit(planned.function, planned.template.breaker, key)
 
     def _record_breakers(
         self, ctx: MessageContext, plan: _Plan, runs: list[_Run], rejected: set[str] | None
