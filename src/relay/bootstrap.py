@@ -71,6 +71,7 @@ from relay.application.services import ServiceConverger
 from relay.application.shutdown import COMPLETE, GracefulStop
 from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
+from relay.domain import events as ev
 from relay.domain.execution import PoolSnapshot
 from relay.domain.services import RoutingSettings
 
@@ -149,6 +150,7 @@ def compose(
     for kind, handler in breakers.table().items():
         bus.register(kind, handler)
     subscribe_breaker_log(bus)
+    bus.subscribe(ev.FunctionRemoved, lambda e: breakers.forget(e.name))
     bus.register(
         cmd.DispatchMessage,
         MessageDispatcher(

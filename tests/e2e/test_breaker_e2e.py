@@ -149,7 +149,8 @@ def test_a_dead_downstream_opens_the_breaker_without_dlq_entries_and_every_held_
     assert inspect.returncode == 0, inspect.stderr
     [line] = [x for x in inspect.stdout.splitlines() if x.startswith("Breaker:")]
     assert re.match(r"Breaker: +(open \(|half-open)", line), line
-    assert 'function_breaker_state{function="pay"}' in scrape(port)
+    wait_until(lambda: re.search(r'function_breaker_state\{function="pay"\} [12]', scrape(port)),
+               30, "the breaker gauge at open or half-open")
     # held, not charged: at most the attempts that ran (2 openers + failed probes) are spent
     assert client.xlen(dlq_key(stream)) == 0
 

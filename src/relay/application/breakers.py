@@ -87,6 +87,10 @@ class BreakerBoard:
         )
         self._apply(function, state, change)
 
+    def forget(self, function: str) -> None:
+        """A removed function's breaker goes with it (added again, it starts closed)."""
+        self._states.pop(function, None)
+
     def snapshot(self, function: str) -> BreakerSnapshot:
         current = self._states.get(function, BreakerState())
         retry_at = current.retry_at()

@@ -31,3 +31,15 @@ def test_state_and_transitions_follow_the_events() -> None:
     assert value(registry, transitions, function="pay", state="open") == 2
     assert value(registry, transitions, function="pay", state="half_open") == 2
     assert value(registry, transitions, function="pay", state="closed") == 1
+
+
+def test_a_removed_function_loses_its_breaker_series() -> None:
+    registry = CollectorRegistry()
+    bus = MessageBus({})
+    subscribe_breakers(bus, registry)
+    bus.notify(ev.BreakerOpened(function="pay", cause="failures", failures=5, cooldown_s=30))
+    bus.notify(ev.FunctionRemoved(name="pay", at=0.0))
+    assert value(registry, "function_breaker_state", function="pay") is None
+    assert value(registry, "function_breaker_transitions_total", function="pay",
+                 state="open") is None
+    bus.notify(ev.FunctionRemoved(name="never-moved", at=0.0))  # nothing to remove: no error

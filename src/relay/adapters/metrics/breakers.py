@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from relay.application.bus import MessageBus
@@ -34,6 +36,13 @@ def subscribe_breakers(bus: MessageBus, registry: CollectorRegistry) -> None:
         state.labels(function=function).set(STATE_VALUES[to])
         transitions.labels(function=function, state=to).inc()
 
+    def removed(e: ev.FunctionRemoved) -> None:
+        # like every per-function series: a removed function's series go with it
+        for labelled, labels in ((state, ()), *((transitions, (to,)) for to in STATE_VALUES)):
+            with contextlib.suppress(KeyError):  # never moved: no such series
+                labelled.remove(e.name, *labels)
+
+    bus.subscribe(ev.FunctionRemoved, removed)
     bus.subscribe(ev.BreakerOpened, lambda e: moved(e.function, OPEN))
     bus.subscribe(ev.BreakerHalfOpened, lambda e: moved(e.function, HALF_OPEN))
     bus.subscribe(ev.BreakerClosed, lambda e: moved(e.function, CLOSED))
