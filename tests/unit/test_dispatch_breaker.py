@@ -211,3 +211,40 @@ async def test_invocations_queued_for_a_slot_when_it_opens_are_held() -> None:
     assert len(world.runtime.requests) == 1  # the queued one never ran
     assert sorted(r.outcome for r in reports) == ["deferred", "retrying"]
     assert [d.reason for d in world.of(ev.InvocationDeferred)] == ["breaker_open"]
+
+
+async def test_an_invocation_that_found_no_slot_never_becomes_the_probe() -> None:
+    world = World(slot_wait_s=0.01)
+    world.function(
+        "pay",
+        {
+            "concurrency": 1,
+            "breaker": {"failures": 1, "cooldown": "30s"},
+            "events": [rule("pay.charge", {"kind": ["order"]}, retries=10)],
+        },
+    )
+    world.runtime.script[FIELD] = DOWN
+    await world.deliver(order(1))  # opens it
+    world.clock.advance(30)
+    del world.runtime.script[FIELD]
+    held = anyio.Event()
+    release = anyio.Event()
+
+    async def hold_the_slot() -> None:
+        async with world.slots.acquire("pay"):
+            held.set()
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold_the_slot)
+        await held.wait()
+        starved = await world.deliver(order(2))
+        release.set()
+    assert starved.outcome == "deferred"
+    assert [d.reason for d in world.of(ev.InvocationDeferred)] == ["slot_unavailable"]
+    # asked only once a slot is held: the starved one was never the probe
+    assert world.breakers.snapshot("pay").state == "open"
+    assert world.of(ev.BreakerHalfOpened) == []
+    probe = await world.deliver(order(3))
+    assert probe.acknowledged
+    assert world.breakers.snapshot("pay").state == "closed"
