@@ -248,3 +248,16 @@ async def test_an_invocation_that_found_no_slot_never_becomes_the_probe() -> Non
     probe = await world.deliver(order(3))
     assert probe.acknowledged
     assert world.breakers.snapshot("pay").state == "closed"
+
+
+async def test_timeouts_count_as_failures() -> None:
+    world = world_with_breaker()
+    # what the Docker runtime answers when a handler outlives its timeout
+    world.runtime.script[FIELD] = InvocationResult(
+        ok=False, error='function "pay" handler "pay.charge": timed out after 6s'
+    )
+    for n in (1, 2):
+        await world.deliver(order(n))
+    [opened] = world.of(ev.BreakerOpened)
+    assert opened.cause == "failures"
+    assert (await world.deliver(order(3))).outcome == "deferred"
