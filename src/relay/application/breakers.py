@@ -30,6 +30,7 @@ from relay.domain.invocation import Complete, Exhaust, Retry, Transition
 from relay.domain.messages import DomainEvent
 
 _log = structlog.get_logger("relay.application.breakers")
+_CLEAN = BreakerState()  # closed, nothing counted (frozen: one shared instance)
 
 
 class UnknownBreakerTarget(RelayError):
@@ -66,10 +67,10 @@ class BreakerBoard:
     def admit(self, function: str, policy: BreakerPolicy | None, key: str) -> bool:
         """Whether invocation ``key`` (``message_id/field``) of ``function`` may run."""
         current = self._states.get(function)
-        if current is None and policy is None:
-            return True  # the usual case: no breaker, nothing to keep
+        if current is None:
+            return True  # closed with nothing counted (or no breaker): the usual case
         decision, state, change = rules.admit(
-            current or BreakerState(), policy, self._clock.monotonic(), key
+            current, policy, self._clock.monotonic(), key
         )
         self._apply(function, state, change, message_id=key.partition("/")[0])
         return decision != "hold"
@@ -80,19 +81,25 @@ class BreakerBoard:
         """The result of ``key``: succeeded, failed (timeouts included), or ``None``
         (released, fenced or lost: it does not count)."""
         current = self._states.get(function)
-        if current is None and policy is None:
-            return
+        if current is None and (policy is None or ok is not False):
+            return  # closed with nothing counted stays so unless this is a failure
         state, change = rules.record(
-            current or BreakerState(), policy, self._clock.monotonic(), key, ok
+            current or _CLEAN, policy, self._clock.monotonic(), key, ok
         )
         self._apply(function, state, change)
+
+    @property
+    def holding(self) -> bool:
+        """Whether any function's breaker is anything but closed and clean (a forced
+        one included, whatever its template says)."""
+        return bool(self._states)
 
     def forget(self, function: str) -> None:
         """A removed function's breaker goes with it (added again, it starts closed)."""
         self._states.pop(function, None)
 
     def snapshot(self, function: str) -> BreakerSnapshot:
-        current = self._states.get(function, BreakerState())
+        current = self._states.get(function, _CLEAN)
         retry_at = current.retry_at()
         probe_in = None if retry_at is None else max(0.0, retry_at - self._clock.monotonic())
         return BreakerSnapshot(
@@ -118,7 +125,7 @@ class BreakerBoard:
         self._known(command.function)
         function = command.function
         state, change = rules.force(
-            self._states.get(function, BreakerState()),
+            self._states.get(function, _CLEAN),
             self._policy(function),
             self._clock.monotonic(),
             open_=command.state == rules.OPEN,
@@ -143,7 +150,7 @@ class BreakerBoard:
     def _apply(
         self, function: str, state: BreakerState, change: BreakerChange | None, message_id: str = ""
     ) -> None:
-        if state == BreakerState():
+        if state is _CLEAN or state == _CLEAN:
             self._states.pop(function, None)  # closed and clean: nothing to keep
         else:
             self._states[function] = state

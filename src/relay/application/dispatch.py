@@ -596,15 +596,18 @@ class MessageDispatcher:
     ) -> None:
         """Each run's result, once the ledger answered, to its function's breaker: a
         result it rejected (fenced) or never received (``rejected`` None) counts as none."""
-        if self._breakers is None:
-            return
+        breakers = self._breakers
+        if breakers is None or not (
+            breakers.holding or any(p.template.breaker is not None for p in plan.invocations)
+        ):
+            return  # the usual case: no breaker involved, nothing to tell
         by_field = {p.field: p for p in plan.invocations}
         for run in runs:
             planned = by_field[run.report.field]
             counts = rejected is not None and planned.field not in rejected
             ok = counted_result(run.report.transition) if counts else None
             key = _breaker_key(ctx, planned)
-            self._breakers.record(planned.function, planned.template.breaker, key, ok)
+            breakers.record(planned.function, planned.template.breaker, key, ok)
 
     # --- lease renewal (used by _Lease) ---------------------------------------------
 
