@@ -37,6 +37,7 @@ from relay.adapters.system import RandomTokenSource, SystemClock
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
 from relay.application.consumer import ConsumerLoop, MessageBuffer
+from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.domain.commands import DispatchMessage
@@ -166,6 +167,9 @@ async def relay_round(events: int) -> float:
     stream = ReadyStream(events)
     slots = Slots(CONCURRENCY)
     slots.resize(FUNCTION, CONCURRENCY)
+    bus = MessageBus({})
+    # As bootstrap wires it: every domain event reaches the metrics and the
+    # delivery log through the bus's notify, as it happens.
     dispatcher = MessageDispatcher(
         stream=stream,
         ledger=AnsweringLedger(stream),
@@ -176,8 +180,10 @@ async def relay_round(events: int) -> float:
         clock=SystemClock(),
         tokens=RandomTokenSource(),
         max_event_bytes=256 * 1024,
+        notify=bus.notify,
     )
-    bus = MessageBus({DispatchMessage: dispatcher})
+    bus.register(DispatchMessage, dispatcher)
+    subscribe_delivery_log(bus)
     subscribe(bus, Metrics())
 
     async def dispatch(message: StreamMessage) -> None:

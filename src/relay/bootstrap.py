@@ -414,17 +414,10 @@ def _add_loops(
         server = MetricsServer(metrics, str(settings.metrics_addr))
         worker.loops.append(("metrics", server.run))
     worker.loops += broker.loops
-    if broker.publisher is not None:
-        scheduler = Scheduler(
-            registry=worker.registry, publisher=broker.publisher, clock=clock, notify=bus.notify
-        )
-        worker.loops.append(("scheduler", scheduler.run))
-    else:
-        log.warning(
-            "schedules_not_published",
-            broker=broker.name,
-            reason="the embedded broker has no publish-if-new for schedules yet",
-        )
+    scheduler = Scheduler(
+        registry=worker.registry, publisher=broker.publisher, clock=clock, notify=bus.notify
+    )
+    worker.loops.append(("scheduler", scheduler.run))
 
 
 async def _git_webhook(

@@ -19,6 +19,10 @@ import anyio
 
 from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
 from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
+from relay.adapters.sqlite.broker.schedules import (
+    SqliteOccurrenceHistory,
+    SqliteOccurrencePublisher,
+)
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.adapters.system import RandomTokenSource, SystemClock
@@ -57,6 +61,7 @@ class BrokerWorld:
                                         consumer=consumer)
         self.ledger = SqliteInvocationLedger(self.store)
         self.publisher = SqliteEventPublisher(self.store, "events")
+        self.occurrences = SqliteOccurrencePublisher(self.store, "events")
         self.registry = FunctionRegistry()
         self.registry.mark_complete()
         self.runtime = InMemoryContainerRuntime()
@@ -70,6 +75,7 @@ class BrokerWorld:
             runtime=self.runtime, slots=self.slots, secrets=InMemorySecretStore(),
             clock=self.clock, tokens=RandomTokenSource(), max_event_bytes=max_event_bytes,
             slot_wait_s=0.05, notify=self.bus.notify, lease_grace_ms=500,
+            history=SqliteOccurrenceHistory(self.store, "events"),  # as relay start wires it
             breakers=self.breakers,
         )
         self.bus.register(DispatchMessage, self.dispatcher)

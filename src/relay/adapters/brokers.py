@@ -5,7 +5,8 @@ the DLQ stream, the ``XPENDING`` backlog, and the stream trimmer when
 ``REDIS_STREAM_RETENTION`` is set. ``sqlite``: the embedded broker file, whose
 queue, ledger and DLQ table share one database (a claim and its ledger row are
 one transaction); retention there deletes acknowledged jobs once their ledger
-retention is over, inside the recovery loop's step.
+retention is over, inside the recovery loop's step. Both publish schedule
+occurrences if new in one atomic step (a Lua script; one transaction).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurren
 from relay.adapters.redis.stream import RedisEventStream
 from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
 from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
+from relay.adapters.sqlite.broker.schedules import (
+    SqliteOccurrenceHistory,
+    SqliteOccurrencePublisher,
+)
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.application.ports import (
@@ -49,11 +54,10 @@ class Broker:
     ledger: InvocationLedger
     dead_letters: DeadLetterSource
     backlog: BacklogReader
+    # Schedules' publish-if-new and the overlap check (``overlap: skip``).
+    publisher: OccurrencePublisher
+    history: OccurrenceHistory
     loops: list[tuple[str, Callable[..., Coroutine[Any, Any, None]]]] = field(default_factory=list)
-    # Schedules' publish-if-new and the overlap check; None where the broker has
-    # none yet (the embedded broker: schedules are not published there).
-    publisher: OccurrencePublisher | None = None
-    history: OccurrenceHistory | None = None
 
 
 async def open_broker(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
@@ -116,6 +120,8 @@ async def _sqlite(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         ledger=SqliteInvocationLedger(store, acked_ttl_s=settings.ledger_retention_ns // 10**9),
         dead_letters=SqliteDeadLetterReader(store),
         backlog=sqlite_backlog_reader(store, settings.redis.stream),
+        publisher=SqliteOccurrencePublisher(store, settings.redis.stream),
+        history=SqliteOccurrenceHistory(store, settings.redis.stream),
     )
 
 

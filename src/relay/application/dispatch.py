@@ -29,7 +29,7 @@ charged. A claim error fails closed: nothing runs and the message stays pending.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -38,11 +38,15 @@ import msgspec
 from relay.application.breakers import BreakerBoard, counted_result
 from relay.application.bus import Outcome
 from relay.application.dispatch_events import (
+    ended_event,
+    fenced_event,
     newly_exhausted_events,
     outcome_name,
     pending_reason,
+    result_event,
     settlement_events,
 )
+from relay.application.dispatch_lease import Lease, Leases
 from relay.application.environment import resolve_environment
 from relay.application.log_context import log_context
 from relay.application.occurrence_plan import (
@@ -71,16 +75,8 @@ from relay.domain.events import (
     EventMalformed,
     InvocationCrashed,
     InvocationDeferred,
-    InvocationExhausted,
-    InvocationFailed,
-    InvocationFenced,
-    InvocationStarted,
-    InvocationSucceeded,
-    LeaseRenewed,
     LedgerUnavailable,
     MessageKeptPending,
-    OccurrenceObsolete,
-    OccurrenceSkipped,
 )
 from relay.domain.execution import (
     InvocationRequest,
@@ -95,7 +91,6 @@ from relay.domain.invocation import (
     Complete,
     Exhaust,
     Release,
-    Retry,
     Transition,
     after_failure,
     exhaustion_reason,
@@ -113,7 +108,6 @@ from relay.domain.outcome import (
     Malformed,
     MalformedRequest,
     MessageContext,
-    RenewRequest,
     Settlement,
     classify_failure,
     inspect_payload,
@@ -387,12 +381,12 @@ class MessageDispatcher:
             outcome = outcome_name(settlement, bool(plan.invocations), waiting)
             if plan.ended and settlement.acknowledged and not settlement.dead_lettered:
                 outcome = plan.ended
-                self._notify(_ended(ctx, plan))
+                self._notify(ended_event(ctx.message_id, plan.occurrence, plan.ended))
             self._publish(settlement_events(ctx.message_id, settlement, outcome=outcome))
             return self._report(ctx, settlement.acknowledged, outcome)
         leases = {c.field: c.lease_ms for c in request.claims}
         runs = await self._attempt_all(
-            ctx, payload, token=token, leases=_Leases(begun, leases), claimed=to_run, plan=plan
+            ctx, payload, token=token, leases=Leases(begun, leases), claimed=to_run, plan=plan
         )
         return await self._settle(ctx, token, plan, started.statuses, runs)
 
@@ -423,7 +417,7 @@ class MessageDispatcher:
         payload: bytes,
         *,
         token: str,
-        leases: _Leases,
+        leases: Leases,
         claimed: list[ClaimStatus],
         plan: _Plan,
     ) -> list[_Run]:
@@ -431,7 +425,16 @@ class MessageDispatcher:
         runs: list[_Run] = []
         try:
             for status in claimed:
-                lease = _Lease(self, ctx, token, status, leases)
+                lease = Lease(
+                    renew=self._ledger.renew,
+                    clock=self._clock,
+                    notify=self._notify,
+                    grace_ms=self._grace_ms,
+                    ctx=ctx,
+                    token=token,
+                    status=status,
+                    leases=leases,
+                )
                 runs.append(
                     await self._attempt(ctx, payload, by_field[status.field], status, lease)
                 )
@@ -452,7 +455,7 @@ class MessageDispatcher:
         payload: bytes,
         planned: _Planned,
         status: ClaimStatus,
-        lease: _Lease,
+        lease: Lease,
     ) -> _Run:
         fn, handler, attempt = planned.function, planned.rule.handler, status.attempt
         timeout_ns = clamp_timeout_ns(planned.rule.timeout_ns)
@@ -476,7 +479,15 @@ class MessageDispatcher:
         report = AttemptReport(
             field=planned.field, attempt=attempt, transition=transition, error=error
         )
-        return _Run(report, (_result_event(ctx, planned, attempt, result, transition),))
+        event = result_event(
+            function=fn,
+            handler=handler,
+            message_id=ctx.message_id,
+            attempt=attempt,
+            result=result,
+            transition=transition,
+        )
+        return _Run(report, (event,))
 
     async def _invoke(
         self, ctx: MessageContext, payload: bytes, planned: _Planned, guard: Any
@@ -542,7 +553,12 @@ class MessageDispatcher:
         by_field = {p.field: p for p in plan.invocations}
         for run in runs:
             if run.report.field in rejected:
-                self._notify(_fenced(ctx, by_field[run.report.field], run.report.attempt))
+                planned = by_field[run.report.field]
+                self._notify(
+                    fenced_event(
+                        ctx.message_id, planned.function, planned.rule.handler, run.report.attempt
+                    )
+                )
             else:
                 # Published only now: a result the ledger rejected never counted, and
                 # an operator must not read a success (or a retry) that did not happen.
@@ -609,11 +625,6 @@ class MessageDispatcher:
             key = _breaker_key(ctx, planned)
             breakers.record(planned.function, planned.template.breaker, key, ok)
 
-    # --- lease renewal (used by _Lease) ---------------------------------------------
-
-    async def renew(self, request: RenewRequest) -> int:
-        return await self._ledger.renew(request)
-
     def _kept(self, ctx: MessageContext, reason: str) -> MessageReport:
         self._notify(MessageKeptPending(message_id=ctx.message_id, reason=reason))
         return self._report(ctx, False, reason)
@@ -621,85 +632,6 @@ class MessageDispatcher:
     @staticmethod
     def _report(ctx: MessageContext, acked: bool, outcome: str) -> MessageReport:
         return MessageReport(message_id=ctx.message_id, acknowledged=acked, outcome=outcome)
-
-
-class _Leases(msgspec.Struct, frozen=True):
-    """The leases one ``begin`` asked for, and when (local monotonic) it was sent."""
-
-    since: float
-    lease_ms: Mapping[str, int]
-
-
-class _Lease:
-    """One claim's lease as this worker sees it: ``lease_ms`` from (no later than)
-    ``since`` on the local monotonic clock. Measured from before the ``begin`` was
-    sent, the estimate is never longer than the ledger's real deadline."""
-
-    def __init__(
-        self,
-        dispatcher: MessageDispatcher,
-        ctx: MessageContext,
-        token: str,
-        status: ClaimStatus,
-        leases: _Leases,
-    ) -> None:
-        self._dispatcher = dispatcher
-        self._ctx = ctx
-        self._token = token
-        self._status = status
-        self._since = leases.since
-        self._lease_ms = leases.lease_ms.get(status.field, 0)
-
-    def guard(self, timeout_ns: int) -> Callable[[], Any]:
-        """What the runtime awaits right before the handler starts: make sure the
-        claim outlives the handler's timeout plus the grace, or raise LeaseLost."""
-
-        async def cover() -> None:
-            await self._cover(timeout_ns)
-
-        return cover
-
-    async def _cover(self, timeout_ns: int) -> None:
-        d = self._dispatcher
-        need_ms = timeout_ns // 1_000_000 + d._grace_ms
-        elapsed_ms = int((d._clock.monotonic() - self._since) * 1000)
-        status, ctx = self._status, self._ctx
-        function, handler = split_field(status.field)
-        remaining_ms = self._lease_ms - elapsed_ms
-        if remaining_ms < need_ms:
-            asked = d._clock.monotonic()
-            request = RenewRequest(
-                context=ctx,
-                token=self._token,
-                field=status.field,
-                attempt=status.attempt,
-                lease_ms=need_ms,
-            )
-            try:
-                until = await d.renew(request)
-            except DependencyUnavailable as exc:
-                raise LeaseLost("lease_unrenewable", str(exc)) from exc
-            if until == 0:
-                raise LeaseLost("lease_lost", "the claim was taken over before the handler ran")
-            self._since, self._lease_ms = asked, need_ms
-            d._notify(
-                LeaseRenewed(
-                    function=function,
-                    handler=handler,
-                    message_id=ctx.message_id,
-                    attempt=status.attempt,
-                    remaining_ms=max(0, remaining_ms),
-                    lease_ms=need_ms,
-                )
-            )
-        d._notify(
-            InvocationStarted(
-                function=function,
-                handler=handler,
-                message_id=ctx.message_id,
-                attempt=status.attempt,
-            )
-        )
 
 
 def _plan_occurrence(event: dict[str, Any], catalog: Catalog, payload: bytes) -> _Plan | Malformed:
@@ -724,32 +656,8 @@ def _plan_occurrence(event: dict[str, Any], catalog: Catalog, payload: bytes) ->
     raise AssertionError(event)
 
 
-def _ended(ctx: MessageContext, plan: _Plan) -> DomainEvent:
-    """An occurrence acknowledged without a run: obsolete, or skipped (overlap)."""
-    occurrence = plan.occurrence
-    assert occurrence is not None
-    kind = OccurrenceSkipped if plan.ended == "skipped" else OccurrenceObsolete
-    return kind(
-        function=occurrence.function,
-        handler=occurrence.handler,
-        message_id=ctx.message_id,
-        occurrence_id=occurrence.occurrence_id,
-    )
-
-
 def _breaker_key(ctx: MessageContext, planned: _Planned) -> str:
     return f"{ctx.message_id}/{planned.field}"
-
-
-def _fenced(ctx: MessageContext, planned: _Planned, attempt: int) -> InvocationFenced:
-    """A result the ledger rejected: this claim expired and a newer attempt holds
-    the invocation. The result itself is not published; this says it did not count."""
-    return InvocationFenced(
-        function=planned.function,
-        handler=planned.rule.handler,
-        message_id=ctx.message_id,
-        attempt=attempt,
-    )
 
 
 def _released(ctx: MessageContext, planned: _Planned, status: ClaimStatus, reason: str) -> _Run:
@@ -763,29 +671,3 @@ def _released(ctx: MessageContext, planned: _Planned, status: ClaimStatus, reaso
         reason=reason,
     )
     return _Run(report, (deferred,))
-
-
-def _result_event(
-    ctx: MessageContext,
-    planned: _Planned,
-    attempt: int,
-    result: InvocationResult,
-    transition: Transition,
-) -> DomainEvent:
-    common: dict[str, Any] = {
-        "function": planned.function,
-        "handler": planned.rule.handler,
-        "message_id": ctx.message_id,
-        "attempt": attempt,
-        "duration_s": result.duration_s,
-    }
-    if isinstance(transition, Complete):
-        return InvocationSucceeded(**common)
-    if isinstance(transition, Retry):
-        return InvocationFailed(
-            **common,
-            error=result.error,
-            exit_code=result.exit_code,
-            retry_in_s=transition.backoff_ms / 1000,
-        )
-    return InvocationExhausted(**common, error=result.error, exit_code=result.exit_code)

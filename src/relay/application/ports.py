@@ -353,7 +353,8 @@ class Invoker(Protocol):
 class OccurrencePublisher(Protocol):
     """Publish-if-new of schedule occurrences into the event stream.
 
-    Implemented by ``relay.adapters.redis.schedules.RedisOccurrencePublisher``.
+    Implemented by ``relay.adapters.redis.schedules.RedisOccurrencePublisher`` and
+    ``relay.adapters.sqlite.broker.schedules.SqliteOccurrencePublisher``.
     """
 
     async def publish(self, occurrence: Envelope) -> str | None:
@@ -367,7 +368,8 @@ class OccurrencePublisher(Protocol):
 class OccurrenceHistory(Protocol):
     """What the overlap policy asks the broker (``overlap: skip``).
 
-    Implemented by ``relay.adapters.redis.schedules.RedisOccurrenceHistory``.
+    Implemented by ``relay.adapters.redis.schedules.RedisOccurrenceHistory`` and
+    ``relay.adapters.sqlite.broker.schedules.SqliteOccurrenceHistory``.
     """
 
     async def unfinished_before(self, prefix: str, message_id: str) -> bool:
