@@ -177,8 +177,16 @@ def test_function_inspect_document_covers_services_env_secrets_and_a_live_pool()
         "last_error": "boom",
     }
     pool = {"capacity": 4, "containers": 2, "busy": 1, "idle": 1}
-    doc = {"schema": "relay.function.inspect/1", **inspect_document(row, {}, pool, 1_789_000_000)}
+    breaker = {"state": "open", "enabled": True, "forced": False, "failures": 0,
+               "cooldown_s": 60.0, "probe_in_s": 12.5}  # fmt: skip
+    document = inspect_document(row, {}, pool, breaker, 1_789_000_000)
+    doc = {"schema": "relay.function.inspect/1", **document}
     assert_matches_schema(json.dumps(doc))
+    assert doc["breaker"] == breaker
+    without_worker = inspect_document(row, {}, None, None, 1_789_000_000)
+    assert without_worker["breaker"] is None
+    assert without_worker["pool"]["live"] is None
+    assert_matches_schema(json.dumps({"schema": "relay.function.inspect/1", **without_worker}))
     assert doc["image"] is None
     assert doc["services"][0]["kind"] == "image"
     assert doc["services"][0]["replica_states"] == ["running", "starting"]

@@ -35,6 +35,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from relay.application.breakers import BreakerBoard, counted_result
 from relay.application.bus import Outcome
 from relay.application.classify import Occurrence, classify
 from relay.application.dispatch_events import (
@@ -191,8 +192,10 @@ class MessageDispatcher:
         notify: Notify = _discard,
         lease_grace_ms: int = LEASE_GRACE_MS,
         history: OccurrenceHistory | None = None,
+        breakers: BreakerBoard | None = None,
     ) -> None:
-        """``history`` answers ``overlap: skip``; without one, occurrences overlap."""
+        """``history`` answers ``overlap: skip``; without one, occurrences overlap.
+        ``breakers`` holds invocations of functions whose breaker is open."""
         self._stream = stream
         self._ledger = ledger
         self._registry = registry
@@ -206,6 +209,7 @@ class MessageDispatcher:
         self._pad_ms = int(slot_wait_s * 1000) + lease_grace_ms
         self._notify = notify
         self._history = history
+        self._breakers = breakers
 
     async def __call__(self, command: DispatchMessage) -> Outcome[MessageReport]:
         message = command.message
@@ -431,6 +435,7 @@ class MessageDispatcher:
                 runs.append(_released(ctx, by_field[status.field], status, "shutdown"))
             with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _CLEANUP_S):
                 await self._finish(ctx, self._finish_request(ctx, token, runs, plan))
+            self._record_breakers(ctx, plan, runs, None)
             raise
         return runs
 
@@ -447,6 +452,10 @@ class MessageDispatcher:
         with log_context(function=fn, handler=handler, attempt=attempt):
             try:
                 async with self._slots.acquire(fn):
+                    # Asked only once a slot is held: invocations queued for the slot
+                    # when the breaker opens must not all run against a dead downstream.
+                    if not self._admitted(ctx, planned):
+                        return _released(ctx, planned, status, "breaker_open")
                     result = await self._invoke(ctx, payload, planned, lease.guard(timeout_ns))
             except SlotUnavailable:
                 return _released(ctx, planned, status, "slot_unavailable")
@@ -525,10 +534,12 @@ class MessageDispatcher:
         # completes even if this task is cancelled meanwhile (the port's promise).
         settled = await self._finish(ctx, self._finish_request(ctx, token, runs, plan))
         if settled is None:
+            self._record_breakers(ctx, plan, runs, None)
             for run in runs:
                 self._publish(run.events)
             return self._kept(ctx, "finish_failed")
         rejected = set(settled.rejected)
+        self._record_breakers(ctx, plan, runs, rejected)
         by_field = {p.field: p for p in plan.invocations}
         for run in runs:
             if run.report.field in rejected:
@@ -580,6 +591,30 @@ class MessageDispatcher:
         self._publish(settlement_events(ctx.message_id, settlement, outcome="malformed"))
         return self._report(ctx, settlement.acknowledged, "malformed")
 
+    def _admitted(self, ctx: MessageContext, planned: _Planned) -> bool:
+        if self._breakers is None:
+            return True
+        key = _breaker_key(ctx, planned)
+        return self._breakers.admit(planned.function, planned.template.breaker, key)
+
+    def _record_breakers(
+        self, ctx: MessageContext, plan: _Plan, runs: list[_Run], rejected: set[str] | None
+    ) -> None:
+        """Each run's result, once the ledger answered, to its function's breaker: a
+        result it rejected (fenced) or never received (``rejected`` None) counts as none."""
+        breakers = self._breakers
+        if breakers is None or not (
+            breakers.holding or any(p.template.breaker is not None for p in plan.invocations)
+        ):
+            return  # the usual case: no breaker involved, nothing to tell
+        by_field = {p.field: p for p in plan.invocations}
+        for run in runs:
+            planned = by_field[run.report.field]
+            counts = rejected is not None and planned.field not in rejected
+            ok = counted_result(run.report.transition) if counts else None
+            key = _breaker_key(ctx, planned)
+            breakers.record(planned.function, planned.template.breaker, key, ok)
+
     def _kept(self, ctx: MessageContext, reason: str) -> MessageReport:
         self._notify(MessageKeptPending(message_id=ctx.message_id, reason=reason))
         return self._report(ctx, False, reason)
@@ -607,6 +642,10 @@ def _plan_occurrence(found: Occurrence) -> _Plan:
                 skip_overlap=rule.overlap == "skip",
             )
     raise AssertionError(found)
+
+
+def _breaker_key(ctx: MessageContext, planned: _Planned) -> str:
+    return f"{ctx.message_id}/{planned.field}"
 
 
 def _released(ctx: MessageContext, planned: _Planned, status: ClaimStatus, reason: str) -> _Run:

@@ -23,6 +23,7 @@ from relay.domain import schedule
 from relay.domain.template import ScheduleRule
 from relay.entrypoints.cli import cron_text
 from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.fn_breaker import breaker_lines, fetch_breaker
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import load_paths
 
@@ -91,10 +92,13 @@ def inspect_(
     if as_json:
         from relay.entrypoints.cli.fn_catalog_json import inspect_document
 
-        emit_json("function.inspect", inspect_document(found[0], stats[0] if stats else {},
-                                                       pool, time.time()))
+        breaker = fetch_breaker(paths.socket, name)
+        stat_row = stats[0] if stats else {}
+        document = inspect_document(found[0], stat_row, pool, breaker, time.time())
+        emit_json("function.inspect", document)
         return
     lines = render_inspect(found[0], stats[0] if stats else {}, pool, time.time())
+    lines += breaker_lines(fetch_breaker(paths.socket, name), name)
     for line in lines:
         out(line)
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from relay.domain.stats import FUNCTION_TIMESTAMPS
+from relay.entrypoints.cli.fn_breaker import breaker_document
 from relay.entrypoints.cli.fn_catalog import next_fire_at
 
 _STATS = ("events_matched", "handler_success", "handler_failure", "retries", "dlq_entries")
@@ -37,9 +38,11 @@ def inspect_document(
     row: Mapping[str, Any],
     stats: Mapping[str, Any],
     pool: Mapping[str, Any] | None,
+    breaker: Mapping[str, Any] | None,
     now: float,
 ) -> dict[str, Any]:
-    """``relay.function.inspect/1``: one function, every section of the text."""
+    """``relay.function.inspect/1``: one function, every section of the text;
+    ``pool`` and ``breaker`` are the live worker's (``None``: no worker answered)."""
     ready = row.get("status") == "ready"
     outcome = row.get("last_reconcile_status")
     return {
@@ -68,6 +71,7 @@ def inspect_document(
             "live": None if pool is None else {key: _int(pool.get(key)) for key in _POOL_LIVE},
             **{key: _int(stats.get(key)) for key in _POOL_COUNTERS},
         },
+        "breaker": breaker_document(breaker),
     }
 
 

@@ -270,9 +270,11 @@ def _rule_document(rule: RuleCount, *, explain: bool) -> dict[str, Any]:
         "handler": rule.handler,
         "rule": rule.rule,
         "matched": rule.matched,
+        # every field is always there (docs/cli.md): null without --explain
+        "non_matches": [{"id": n.id, "reasons": list(n.reasons)} for n in rule.non_matches]
+        if explain
+        else None,
     }
-    if explain:
-        body["non_matches"] = [{"id": n.id, "reasons": list(n.reasons)} for n in rule.non_matches]
     return body
 
 
