@@ -90,6 +90,7 @@ from relay.domain.execution import (
     crashed,
     failure_message,
 )
+from relay.domain.handler_context import HandlerContext
 from relay.domain.invocation import (
     Complete,
     Exhaust,
@@ -149,6 +150,7 @@ class _Planned(msgspec.Struct, frozen=True):
     rule: HandlerRule  # an event rule, or the schedule of an occurrence
     template: Template
     ready: bool
+    occurrence_id: str = ""  # a schedule occurrence's (RELAY_OCCURRENCE_ID)
 
 
 class _Plan(msgspec.Struct, frozen=True, kw_only=True):
@@ -454,7 +456,9 @@ class MessageDispatcher:
         with log_context(function=fn, handler=handler, attempt=attempt):
             try:
                 async with self._slots.acquire(fn):
-                    result = await self._invoke(ctx, payload, planned, lease.guard(timeout_ns))
+                    result = await self._invoke(
+                        ctx, payload, planned, lease.guard(timeout_ns), attempt
+                    )
             except SlotUnavailable:
                 return _released(ctx, planned, status, "slot_unavailable")
             except LeaseLost as exc:
@@ -470,7 +474,7 @@ class MessageDispatcher:
         return _Run(report, (_result_event(ctx, planned, attempt, result, transition),))
 
     async def _invoke(
-        self, ctx: MessageContext, payload: bytes, planned: _Planned, guard: Any
+        self, ctx: MessageContext, payload: bytes, planned: _Planned, guard: Any, attempt: int
     ) -> InvocationResult:
         fn, handler = planned.function, planned.rule.handler
         try:
@@ -482,6 +486,11 @@ class MessageDispatcher:
                 env=env,
                 timeout_ns=clamp_timeout_ns(planned.rule.timeout_ns),
                 context=ctx.message_id,
+                handler_context=HandlerContext(
+                    message_id=ctx.message_id,
+                    attempt=attempt,
+                    occurrence_id=planned.occurrence_id,
+                ),
             )
             return await self._runtime.invoke(request, guard=guard)
         except LeaseLost:
@@ -678,7 +687,9 @@ def _plan_occurrence(event: dict[str, Any], catalog: Catalog, payload: bytes) ->
         case OccurrenceGone(occurrence):
             return _Plan(invocations=(), functions=(), occurrence=occurrence, ended="obsolete")
         case OccurrenceRun(occurrence, fn, rule):
-            planned = _Planned(occurrence.field, fn.name, rule, fn.template, fn.ready)
+            planned = _Planned(
+                occurrence.field, fn.name, rule, fn.template, fn.ready, occurrence.occurrence_id
+            )
             return _Plan(
                 invocations=(planned,),
                 functions=(),
