@@ -8,23 +8,24 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
 from relay.application.invoke import FunctionInvoker
 from relay.application.registry import ActiveFunction, FunctionRegistry
-from relay.application.replay import replay_context
 from relay.domain import schedule
-from relay.domain.commands import InvokeFunction
+from relay.domain.commands import InvokeFunction, ReplayDeadLetter
 from relay.domain.errors import TemplateError
 from relay.domain.execution import InvocationRequest, InvocationResult
 from relay.domain.handler_context import HandlerContext, deadline_text, invocation_env
-from relay.domain.outcome import DeadLetterEntry
 from relay.domain.template import parse_template
 from tests.fakes import FakeClock, InMemoryContainerRuntime, InMemorySecretStore, SequentialTokens
 from tests.unit.attach_frames import answer
 from tests.unit.delivery_world import World, rule
+from tests.unit.test_replay import entry as dead_letter
+from tests.unit.test_replay import setup as replay_setup
 from tests.unit.test_runtime_protocol import make
 
 pytestmark = pytest.mark.anyio
@@ -179,30 +180,24 @@ async def test_an_invoke_gets_one_made_up_message_id_per_command_and_attempt_one
     ]
 
 
-def dead_letter(event: str, handler: str, attempts: int) -> DeadLetterEntry:
-    return DeadLetterEntry(
-        original_stream="events",
-        original_id="1700000000000-4",
-        group="relay",
-        consumer="w1",
-        event=event,
-        reason="retries exhausted",
-        function="jobs",
-        handler=handler,
-        deliveries=attempts,
-        handler_attempts=attempts,
-    )
+async def test_a_replay_is_the_original_message_one_attempt_past_the_recorded_ones() -> None:
+    bus, runtime, _ = replay_setup({"5-0": dead_letter()})  # 5 attempts recorded
+    await bus.send(ReplayDeadLetter(entry_id="5-0"))
+    [request] = runtime.requests
+    assert request.handler_context == HandlerContext(message_id="1-0", attempt=6)
 
 
-def test_a_replay_is_the_original_message_one_attempt_past_the_recorded_ones() -> None:
-    entry = dead_letter('{"table": "users"}', "events.a.handler", 5)
-    assert replay_context(entry) == HandlerContext(message_id="1700000000000-4", attempt=6)
-
-
-def test_a_replayed_occurrence_keeps_its_occurrence_id() -> None:
+async def test_a_replayed_occurrence_keeps_its_occurrence_id() -> None:
     at = int(datetime(2026, 6, 1, 3, 0, tzinfo=UTC).timestamp())
-    envelope = schedule.envelope("jobs", "jobs.nightly.handler", at)
-    entry = dead_letter(schedule.encode(envelope).decode(), "jobs.nightly.handler", 0)
-    assert replay_context(entry) == HandlerContext(
-        message_id="1700000000000-4", attempt=1, occurrence_id=envelope.occurrence_id
+    envelope = schedule.envelope("users", "jobs.nightly.handler", at)
+    recorded = msgspec.structs.replace(
+        dead_letter(handler="jobs.nightly.handler"),
+        event=schedule.encode(envelope).decode(),
+        handler_attempts=0,  # an entry that records no attempt: the replay is the first
+    )
+    bus, runtime, _ = replay_setup({"7-0": recorded})
+    await bus.send(ReplayDeadLetter(entry_id="7-0"))
+    [request] = runtime.requests
+    assert request.handler_context == HandlerContext(
+        message_id="1-0", attempt=1, occurrence_id=envelope.occurrence_id
     )
