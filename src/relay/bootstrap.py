@@ -171,7 +171,12 @@ def compose(
     )
     subscribe_delivery_log(bus)
     invoker = FunctionInvoker(
-        registry=registry, runtime=runtime, slots=slots, secrets=secrets, clock=clock
+        registry=registry,
+        runtime=runtime,
+        slots=slots,
+        secrets=secrets,
+        clock=clock,
+        tokens=tokens,
     )
     bus.register(cmd.InvokeFunction, invoker)
     bus.register(

@@ -83,6 +83,7 @@ from relay.domain.execution import (
     crashed,
     failure_message,
 )
+from relay.domain.handler_context import HandlerContext
 from relay.domain.invocation import (
     Complete,
     Exhaust,
@@ -138,6 +139,7 @@ class _Planned(msgspec.Struct, frozen=True):
     rule: HandlerRule  # an event rule, or the schedule of an occurrence
     template: Template
     ready: bool
+    occurrence_id: str = ""  # a schedule occurrence's (RELAY_OCCURRENCE_ID)
 
 
 class _Plan(msgspec.Struct, frozen=True, kw_only=True):
@@ -456,7 +458,9 @@ class MessageDispatcher:
                     # when the breaker opens must not all run against a dead downstream.
                     if not self._admitted(ctx, planned):
                         return _released(ctx, planned, status, "breaker_open")
-                    result = await self._invoke(ctx, payload, planned, lease.guard(timeout_ns))
+                    result = await self._invoke(
+                        ctx, payload, planned, lease.guard(timeout_ns), attempt
+                    )
             except SlotUnavailable:
                 return _released(ctx, planned, status, "slot_unavailable")
             except LeaseLost as exc:
@@ -480,7 +484,7 @@ class MessageDispatcher:
         return _Run(report, (event,))
 
     async def _invoke(
-        self, ctx: MessageContext, payload: bytes, planned: _Planned, guard: Any
+        self, ctx: MessageContext, payload: bytes, planned: _Planned, guard: Any, attempt: int
     ) -> InvocationResult:
         fn, handler = planned.function, planned.rule.handler
         try:
@@ -492,6 +496,11 @@ class MessageDispatcher:
                 env=env,
                 timeout_ns=clamp_timeout_ns(planned.rule.timeout_ns),
                 context=ctx.message_id,
+                handler_context=HandlerContext(
+                    message_id=ctx.message_id,
+                    attempt=attempt,
+                    occurrence_id=planned.occurrence_id,
+                ),
             )
             return await self._runtime.invoke(request, guard=guard)
         except LeaseLost:
@@ -633,7 +642,9 @@ def _plan_occurrence(found: Occurrence) -> _Plan:
         case OccurrenceGone(occurrence):
             return _Plan(invocations=(), functions=(), occurrence=occurrence, ended="obsolete")
         case OccurrenceRun(occurrence, fn, rule):
-            planned = _Planned(occurrence.field, fn.name, rule, fn.template, fn.ready)
+            planned = _Planned(
+                occurrence.field, fn.name, rule, fn.template, fn.ready, occurrence.occurrence_id
+            )
             return _Plan(
                 invocations=(planned,),
                 functions=(),
