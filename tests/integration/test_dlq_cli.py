@@ -103,10 +103,31 @@ def relay(
     )
 
 
-def test_ls_on_an_empty_dlq(redis_url: str, stream: str) -> None:
-    result = relay(redis_url, stream, "ls")
+def test_ls_on_an_empty_dlq(redis_url: str, client: redis.Redis, stream: str) -> None:
+    client.xgroup_create(stream, "relay", id="0", mkstream=True)
+    try:
+        result = relay(redis_url, stream, "ls")
+    finally:
+        client.delete(stream)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "No dead-lettered entries"
+
+
+def test_ls_of_a_stream_that_does_not_exist_is_an_error_not_an_empty_answer(
+    redis_url: str, client: redis.Redis, stream: str
+) -> None:
+    result = relay(redis_url, stream, "ls")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("relay: ")
+    assert stream in line
+    assert "REDIS_STREAM" in line
+    # a DLQ that holds entries is still listed after its stream is gone
+    seed(client, stream, entry_fields())
+    listed = relay(redis_url, stream, "ls")
+    assert listed.returncode == 0, listed.stderr
+    assert "user-events" in listed.stdout
 
 
 def test_ls_lists_newest_first_with_the_documented_columns(

@@ -29,7 +29,12 @@ import typer
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
 from relay.adapters.redis.dlq_reader import StoredDeadLetter
 from relay.domain.dlq_selection import DEFAULT_RATE
-from relay.entrypoints.cli.brokers import DeadLetters, broker_settings, with_dead_letters
+from relay.entrypoints.cli.brokers import (
+    DeadLetters,
+    broker_settings,
+    require_stream,
+    with_dead_letters,
+)
 from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
 from relay.entrypoints.cli.dlq_bulk_replay import REPLAY_TIMEOUT_S, replay_selection
 from relay.entrypoints.cli.dlq_select import (
@@ -90,6 +95,10 @@ def ls(
     )
     settings = _settings()
     found = _with_reader(settings, lambda r: select(r, chosen, newest_first=not oldest_first))
+    if found.total == 0:
+        # An empty DLQ of a stream that does not exist is a wrong REDIS_STREAM, not
+        # an answer (a DLQ that holds entries is listed even after its stream went).
+        require_stream(settings)
     check_function_known(chosen, found)
     now = datetime.now(UTC).timestamp()
     if as_json:
