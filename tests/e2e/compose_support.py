@@ -98,6 +98,16 @@ class Stack:
         container.reload()
         return str(container.attrs["State"].get("Health", {}).get("Status", "none"))
 
+    def wait_healthy(self, what: str, timeout: float = 120.0) -> None:
+        """Wait for relay's healthcheck to pass; on timeout, say what it last answered."""
+        deadline = time.monotonic() + timeout
+        while self.health() != "healthy":
+            if time.monotonic() > deadline:
+                checks = self.container("relay").attrs["State"].get("Health", {}).get("Log", [])
+                last = [str(c.get("Output", "")).strip()[:200] for c in checks[-3:]]
+                pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}: {last}")
+            time.sleep(0.5)
+
     def relay_logs(self) -> str:
         return self.compose("logs", "--no-color", "relay")
 

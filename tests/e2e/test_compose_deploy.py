@@ -50,7 +50,7 @@ def _send_example_event(stack: Stack) -> str:
 
 
 def test_relay_behind_the_proxy_becomes_healthy_and_runs_the_example_event(stack: Stack) -> None:
-    wait_for(lambda: stack.health() == "healthy", "relay to report healthy", timeout=180)
+    stack.wait_healthy("relay to report healthy", timeout=180)
     message_id = _send_example_event(stack)
     wait_for(lambda: both_handlers_ran(stack, message_id), "both handlers' output in the log")
     # acknowledged: nothing pending for the group
@@ -128,7 +128,7 @@ def test_the_image_reports_the_package_version_and_commit(stack: Stack) -> None:
 
 
 def test_health_goes_unhealthy_while_redis_is_down_and_recovers(stack: Stack) -> None:
-    wait_for(lambda: stack.health() == "healthy", "relay to report healthy")
+    stack.wait_healthy("relay to report healthy")
     stack.compose("stop", "redis")
     stopped_at = time.monotonic()
     wait_for(lambda: stack.health() == "unhealthy", "relay to report unhealthy", timeout=60)
@@ -136,7 +136,7 @@ def test_health_goes_unhealthy_while_redis_is_down_and_recovers(stack: Stack) ->
     wait_for(lambda: time.monotonic() - stopped_at >= 10, "ten seconds of outage")
     assert "msg=broker_unavailable" in stack.relay_logs()
     stack.compose("start", "redis")
-    wait_for(lambda: stack.health() == "healthy", "relay to report healthy again", timeout=90)
+    stack.wait_healthy("relay to report healthy again", timeout=90)
     # nothing lost: an event sent after the outage is handled (AOF kept the group)
     message_id = _send_example_event(stack)
     wait_for(lambda: both_handlers_ran(stack, message_id), "the handlers after recovery")
@@ -144,7 +144,7 @@ def test_health_goes_unhealthy_while_redis_is_down_and_recovers(stack: Stack) ->
 
 def test_a_recreated_relay_container_keeps_its_consumer_name(stack: Stack) -> None:
     stack.compose("up", "-d", "--force-recreate", "--no-deps", "relay")
-    wait_for(lambda: stack.health() == "healthy", "the recreated relay to report healthy")
+    stack.wait_healthy("the recreated relay to report healthy")
     consumers = stack.exec_in("redis", "redis-cli", "XINFO", "CONSUMERS", "events", "relay")
     names = [line for line in consumers.splitlines() if line.startswith("relay-")]
     assert names == [stack.hostname], consumers

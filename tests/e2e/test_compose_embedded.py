@@ -47,7 +47,7 @@ def _ids(reply: str) -> list[str]:
 def test_relay_on_the_embedded_broker_becomes_healthy_and_runs_a_published_event(
     stack: Stack,
 ) -> None:
-    wait_for(lambda: stack.health() == "healthy", "relay to report healthy", timeout=180)
+    stack.wait_healthy("relay to report healthy", timeout=180)
     services = stack.compose("ps", "--services").split()
     assert sorted(services) == ["relay", "socket-proxy"], services
     relay = stack.container("relay").attrs
@@ -73,7 +73,7 @@ def test_events_published_while_relay_is_stopped_are_handled_after_it_restarts(
 ) -> None:
     """The queue is the file on the volume: it outlives the relay process. Events a
     producer publishes while relay is down wait there and are all handled (lost = 0)."""
-    wait_for(lambda: stack.health() == "healthy", "relay to report healthy")
+    stack.wait_healthy("relay to report healthy")
     stack.compose("stop", "--timeout", "40", "relay")
     assert stack.container("relay").status == "exited"
     # a one-off container of the relay service: the same image, volume and settings
@@ -84,7 +84,7 @@ def test_events_published_while_relay_is_stopped_are_handled_after_it_restarts(
     published = _ids(reply)
     assert len(published) == 3, reply
     stack.compose("start", "relay")
-    wait_for(lambda: stack.health() == "healthy", "the restarted relay to report healthy")
+    stack.wait_healthy("the restarted relay to report healthy")
 
     def unhandled() -> list[str]:
         return [m for m in published if not both_handlers_ran(stack, m)]

@@ -93,3 +93,15 @@ def test_the_embedded_stack_has_the_proxy_and_the_hardening_of_the_redis_one() -
         e for e in dev["relay"]["environment"] if e.split("=")[0] in shared
     ]
     assert embedded["relay"]["volumes"][0] == dev["relay"]["volumes"][0]  # /functions
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_the_healthcheck_gives_relay_health_dockers_default_time(name: str) -> None:
+    # relay health is a Python CLI that may wait out its Redis connect timeout (5 s)
+    # after a start that alone took 6 s on a loaded host; 5 s flapped to unhealthy there
+    timeout = _services(name)["relay"]["healthcheck"]["timeout"]
+    assert re.fullmatch(r"\d+s", timeout)
+    assert int(timeout[:-1]) >= 30, timeout
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    (image_timeout,) = re.findall(r"HEALTHCHECK .*--timeout=(\d+)s", dockerfile)
+    assert int(image_timeout) >= 30
