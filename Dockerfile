@@ -58,6 +58,6 @@ ENV RELAY_COMMIT=${RELAY_COMMIT} \
 VOLUME ["/var/lib/relay"]
 USER relay:relay
 WORKDIR /var/lib/relay
-HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 CMD ["relay", "health"]
+HEALTHCHECK --interval=5s --timeout=30s --start-period=30s --retries=3 CMD ["relay", "health"]
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["relay", "start"]

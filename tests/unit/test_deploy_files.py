@@ -1,13 +1,16 @@
 """The deployment files agree with the package they ship (Dockerfile, the locks,
-compose.dev.yaml). The real proof is tests/e2e/test_compose_deploy.py; these catch drift
-in seconds."""
+compose.dev.yaml, compose.embedded.yaml) and with each other. The real proof is
+tests/e2e/test_compose_deploy.py and test_compose_embedded.py; these catch drift in
+seconds."""
 
 from __future__ import annotations
 
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,8 +35,17 @@ def test_the_runtime_lock_is_the_full_lock_without_the_test_tools() -> None:
     assert not {"pytest", "mypy", "ruff", "hypothesis"} & runtime.keys()
 
 
-def test_compose_mounts_the_socket_only_into_the_proxy_and_publishes_no_port() -> None:
-    services = yaml.safe_load((ROOT / "compose.dev.yaml").read_text())["services"]
+COMPOSE_FILES = ("compose.dev.yaml", "compose.embedded.yaml")
+
+
+def _services(name: str) -> dict[str, Any]:
+    services: dict[str, Any] = yaml.safe_load((ROOT / name).read_text())["services"]
+    return services
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_compose_mounts_the_socket_only_into_the_proxy_and_publishes_no_port(name: str) -> None:
+    services = _services(name)
     with_socket = {
         name
         for name, service in services.items()
@@ -54,3 +66,42 @@ def test_relays_direct_directory_is_mounted_at_the_same_path_it_has_on_the_host(
     same_path = [v.split(":")[0] for v in relay["volumes"] if v.split(":")[0] == v.split(":")[1]]
     assert direct == "/run/relay-sockets/relay-dev/containers"
     assert [p for p in same_path if direct.startswith(p + "/")], (direct, relay["volumes"])
+
+
+def test_the_embedded_stack_has_no_redis_and_keeps_its_broker_file_on_the_volume() -> None:
+    services = _services("compose.embedded.yaml")
+    assert set(services) == {"socket-proxy", "relay"}
+    relay = services["relay"]
+    env = dict(e.split("=", 1) for e in relay["environment"])
+    assert env["RELAY_BROKER"] == "sqlite"
+    assert "REDIS_URI" not in env
+    assert "redis" not in relay["depends_on"]
+    (data,) = [v.split(":")[1] for v in relay["volumes"] if v.startswith("relay-data:")]
+    assert env["RELAY_BROKER_PATH"].startswith(data + "/")
+
+
+def test_the_embedded_stack_has_the_proxy_and_the_hardening_of_the_redis_one() -> None:
+    dev, embedded = _services("compose.dev.yaml"), _services("compose.embedded.yaml")
+    assert embedded["socket-proxy"] == dev["socket-proxy"]
+    # everything of relay's but what names the broker and the fast-path directory
+    differ = {"environment", "volumes", "depends_on"}
+    assert {k: v for k, v in embedded["relay"].items() if k not in differ} == {
+        k: v for k, v in dev["relay"].items() if k not in differ
+    }
+    shared = {"DOCKER_HOST", "REDIS_STREAM", "REDIS_GROUP"}
+    assert [e for e in embedded["relay"]["environment"] if e.split("=")[0] in shared] == [
+        e for e in dev["relay"]["environment"] if e.split("=")[0] in shared
+    ]
+    assert embedded["relay"]["volumes"][0] == dev["relay"]["volumes"][0]  # /functions
+
+
+@pytest.mark.parametrize("name", COMPOSE_FILES)
+def test_the_healthcheck_gives_relay_health_dockers_default_time(name: str) -> None:
+    # relay health is a Python CLI that may wait out its Redis connect timeout (5 s)
+    # after a start that alone took 6 s on a loaded host; 5 s flapped to unhealthy there
+    timeout = _services(name)["relay"]["healthcheck"]["timeout"]
+    assert re.fullmatch(r"\d+s", timeout)
+    assert int(timeout[:-1]) >= 30, timeout
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    (image_timeout,) = re.findall(r"HEALTHCHECK .*--timeout=(\d+)s", dockerfile)
+    assert int(image_timeout) >= 30

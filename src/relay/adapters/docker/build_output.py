@@ -1,12 +1,18 @@
-"""Build output kept for diagnostics: the tail of the engine's build stream,
-capped, with a marker saying how much of its beginning was dropped."""
+"""One classic-builder build through the Engine API, and its output kept for
+diagnostics: the tail of the engine's build stream, capped, with a marker saying
+how much of its beginning was dropped. Function, dependency and service images
+are all built by :func:`stream_build`."""
 
 from __future__ import annotations
 
+import io
 import re
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
+
+import aiodocker
+from aiodocker.exceptions import DockerStreamError
 
 OUTPUT_CAP_BYTES = 1024 * 1024
 SUMMARY_MAX_CHARS = 300
@@ -61,6 +67,38 @@ def record_chunk(chunk: Mapping[str, Any], output: CappedOutput) -> str | None:
         output.add(f"{message}\n")
         return message
     return None
+
+
+async def stream_build(
+    docker: aiodocker.Docker,
+    *,
+    tag: str,
+    context: bytes,
+    labels: Mapping[str, str],
+    output: CappedOutput,
+    dockerfile: str | None = None,
+) -> str | None:
+    """Build the tar ``context`` as ``tag``, recording the stream in ``output``;
+    the build's error message if it failed, else ``None``. The engine refusing
+    the request outright raises ``DockerError``, for the caller to translate."""
+    error: str | None = None
+    try:
+        stream = docker.images.build(
+            fileobj=io.BytesIO(context),
+            encoding="application/x-tar",
+            path_dockerfile=dockerfile,
+            tag=tag,
+            labels=dict(labels),
+            rm=True,
+            forcerm=True,
+            stream=True,
+        )
+        async for chunk in stream:
+            error = record_chunk(chunk, output) or error
+    except DockerStreamError as exc:
+        output.add(f"{exc.message}\n")
+        return exc.message
+    return error
 
 
 def last_line(text: str) -> str:

@@ -15,7 +15,6 @@ is Relay's to collect. Cleanup lives in ``relay.adapters.docker.image_cleanup``.
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
@@ -27,13 +26,13 @@ import aiodocker
 import anyio
 import msgspec
 import structlog
-from aiodocker.exceptions import DockerError, DockerStreamError
+from aiodocker.exceptions import DockerError
 
 from relay.adapters.docker.bootstraps import BOOTSTRAP_VERSION, bootstrap_command, bootstrap_source
 from relay.adapters.docker.build_output import (
     OUTPUT_CAP_BYTES,
     CappedOutput,
-    record_chunk,
+    stream_build,
     summarize_failure,
 )
 from relay.adapters.docker.dockerfiles import (
@@ -287,27 +286,14 @@ class DockerImageBuilder:
         self, tag: str, context: bytes, labels: Mapping[str, str], output: CappedOutput
     ) -> str | None:
         """Run one classic-builder build, recording its output; its error, if any."""
-        error: str | None = None
         try:
-            stream = self._docker.images.build(
-                fileobj=io.BytesIO(context),
-                encoding="application/x-tar",
-                tag=tag,
-                labels=dict(labels),
-                rm=True,
-                forcerm=True,
-                stream=True,
+            return await stream_build(
+                self._docker, tag=tag, context=context, labels=labels, output=output
             )
-            async for chunk in stream:
-                error = record_chunk(chunk, output) or error
-        except DockerStreamError as exc:
-            output.add(f"{exc.message}\n")
-            return exc.message
         except DockerError as exc:
             raise DependencyUnavailable(
                 f"the Docker engine refused to build {tag}: {exc.message}"
             ) from exc
-        return error
 
     # --- cleanup (DockerImageCleaner) ------------------------------------------
     async def retire(self, function: str, keep: Collection[str]) -> list[str]:

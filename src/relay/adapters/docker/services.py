@@ -26,9 +26,9 @@ import aiodocker
 import anyio
 import anyio.to_thread
 import structlog
-from aiodocker.exceptions import DockerError, DockerStreamError
+from aiodocker.exceptions import DockerError
 
-from relay.adapters.docker.build_output import CappedOutput, record_chunk, summarize_failure
+from relay.adapters.docker.build_output import CappedOutput, stream_build, summarize_failure
 from relay.adapters.docker.containers import USER, hardened_host_config
 from relay.adapters.docker.dockerfiles import app_files
 from relay.adapters.docker.runtimes import RUNTIMES, Runtime
@@ -195,29 +195,22 @@ class DockerServiceImages:
         self, tag: str, context: bytes, dockerfile: str, labels: Mapping[str, str]
     ) -> None:
         output = CappedOutput()
-        error: str | None = None
         async with self._builds:
             log.info("service_image_build_started", image=tag, dockerfile=dockerfile)
             try:
                 with anyio.fail_after(self._build_timeout):
-                    stream = self._docker.images.build(
-                        fileobj=io.BytesIO(context),
-                        encoding="application/x-tar",
-                        path_dockerfile=dockerfile,
+                    error = await stream_build(
+                        self._docker,
                         tag=tag,
-                        labels=dict(labels),
-                        rm=True,
-                        forcerm=True,
-                        stream=True,
+                        context=context,
+                        labels=labels,
+                        output=output,
+                        dockerfile=dockerfile,
                     )
-                    async for chunk in stream:
-                        error = record_chunk(chunk, output) or error
             except TimeoutError:
                 raise ServiceImageError(
                     f"building {tag} took longer than {self._build_timeout:g}s"
                 ) from None
-            except DockerStreamError as exc:
-                error = exc.message
             except DockerError as exc:
                 raise ServiceImageError(
                     f"the Docker engine refused to build: {exc.message}"
