@@ -34,9 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.subscribers import subscribe
 from relay.adapters.system import RandomTokenSource, SystemClock
+from relay.application.buffer import MessageBuffer
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
-from relay.application.consumer import ConsumerLoop, MessageBuffer
+from relay.application.consumer import ConsumerLoop
 from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher
 from relay.application.registry import ActiveFunction, FunctionRegistry
@@ -51,9 +52,9 @@ from relay.domain.outcome import (
     ClaimStatus,
     FinishRequest,
     MalformedRequest,
-    RenewRequest,
     MessageContext,
     Reclaimed,
+    RenewRequest,
     Settlement,
     StreamMessage,
 )

@@ -45,9 +45,10 @@ from relay.adapters.sqlite.state_view import SqliteStateView
 from relay.adapters.sqlite.stats_store import SqliteStatsStore
 from relay.adapters.system import RandomTokenSource, SystemClock
 from relay.application.breakers import BreakerBoard, subscribe_breaker_log
+from relay.application.buffer import MessageBuffer
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
-from relay.application.consumer import ConsumerLoop, MessageBuffer, RecoveryLoop
+from relay.application.consumer import ConsumerLoop, RecoveryLoop
 from relay.application.control import ControlHandlers, StatsResetter, WorkerHealth
 from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher

@@ -27,9 +27,10 @@ from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.adapters.system import RandomTokenSource, SystemClock
 from relay.application.breakers import BreakerBoard
+from relay.application.buffer import MessageBuffer
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
-from relay.application.consumer import ConsumerLoop, MessageBuffer, RecoveryLoop
+from relay.application.consumer import ConsumerLoop, RecoveryLoop
 from relay.application.dispatch import MessageDispatcher
 from relay.application.ports import Clock
 from relay.application.registry import ActiveFunction, FunctionRegistry

@@ -16,7 +16,8 @@ import pytest
 import redis.asyncio
 
 from relay.adapters.redis.keys import invocation_key
-from relay.application.consumer import ConsumerLoop, MessageBuffer, RecoveryLoop
+from relay.application.buffer import MessageBuffer
+from relay.application.consumer import ConsumerLoop, RecoveryLoop
 from relay.domain import events as ev
 from relay.domain.execution import InvocationRequest, InvocationResult
 from tests.integration.delivery_support import RedisWorld, bytes_client, text

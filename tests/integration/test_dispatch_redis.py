@@ -15,7 +15,8 @@ from structlog.testing import capture_logs
 from relay.adapters.redis.connection import redis_client
 from relay.adapters.redis.keys import dlq_key, invocation_key
 from relay.adapters.redis.stream import RedisEventStream
-from relay.application.consumer import ConnectionHealth, ConsumerLoop, MessageBuffer, RecoveryLoop
+from relay.application.buffer import MessageBuffer
+from relay.application.consumer import ConnectionHealth, ConsumerLoop, RecoveryLoop
 from relay.domain import events as ev
 from relay.domain.execution import InvocationRequest, InvocationResult
 from relay.domain.outcome import StreamMessage

@@ -9,7 +9,8 @@ import anyio.lowlevel
 import pytest
 from structlog.testing import capture_logs
 
-from relay.application.consumer import ConnectionHealth, ConsumerLoop, MessageBuffer, RecoveryLoop
+from relay.application.buffer import MessageBuffer
+from relay.application.consumer import ConnectionHealth, ConsumerLoop, RecoveryLoop
 from relay.domain import events as ev
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import StreamMessage

@@ -9,7 +9,8 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from relay.application.consumer import ConsumerLoop, MessageBuffer, RecoveryLoop
+from relay.application.buffer import MessageBuffer
+from relay.application.consumer import ConsumerLoop, RecoveryLoop
 from relay.application.shutdown import COMPLETE, GRACE_EXPIRED, INTERRUPTED, GracefulStop
 from relay.domain import events as ev
 from relay.domain.execution import InvocationRequest, InvocationResult

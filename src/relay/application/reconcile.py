@@ -8,6 +8,9 @@ Anything failing before the swap leaves the previous version serving and is
 recorded as ``FunctionReconcileFailed``. A directory whose ``template.yaml`` is
 momentarily missing (an editor's save, a git checkout) keeps its version; a
 directory that is gone removes the function, letting in-flight work finish.
+Superseded images are retired by :mod:`relay.application.image_retirement`;
+what the state view records of a template is built by
+:mod:`relay.application.function_summary`.
 
 Reconciles of one function are serialised; different functions proceed in
 parallel (image builds are bounded by the builder itself). Events are published
@@ -26,6 +29,8 @@ import anyio.to_thread
 import structlog
 
 from relay.application.bus import Handler, Outcome
+from relay.application.function_summary import summarize
+from relay.application.image_retirement import ImageRetirement
 from relay.application.ports import Clock, ContainerRuntime, FunctionSource, ImageBuilder
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.application.services import ServiceConverger
@@ -37,10 +42,6 @@ from relay.domain.events import (
     FunctionReconcileFailed,
     FunctionRemoved,
     FunctionSkipped,
-    FunctionSummary,
-    HandlerSummary,
-    ScheduleSummary,
-    ServiceSummary,
 )
 from relay.domain.functions import FunctionImage
 from relay.domain.messages import Command, DomainEvent
@@ -59,11 +60,6 @@ WAITING = "waiting"  # template.yaml missing: keep what serves, wait for more ch
 SKIPPED = "skipped"  # not a function (invalid name, or no template and never served)
 REMOVED = "removed"
 
-# A superseded image still used by a draining container cannot go at once; the
-# following full passes (every 30 s) try again this many times. The next start's
-# sweep catches anything left after that.
-RETIRE_RETRY_PASSES = 3
-
 
 class FunctionSlots(Protocol):
     """The per-function concurrency limits (``relay.application.concurrency.Slots``)."""
@@ -73,42 +69,6 @@ class FunctionSlots(Protocol):
     def resize(self, function: str, capacity: int) -> None: ...
 
     def forget(self, function: str) -> None: ...
-
-
-def summarize(template: Template) -> FunctionSummary:
-    """The parts of a template the state view records (secret names, not values)."""
-    return FunctionSummary(
-        runtime=template.runtime,
-        concurrency=template.concurrency,
-        handlers=tuple(
-            HandlerSummary(handler=r.handler, timeout_ns=r.timeout_ns, retries=r.retries)
-            for r in template.events
-        ),
-        schedules=tuple(
-            ScheduleSummary(
-                handler=s.handler,
-                cron=s.cron,
-                timezone=s.timezone,
-                timeout_ns=s.timeout_ns,
-                retries=s.retries,
-                catchup_ns=s.catchup_ns,
-                overlap=s.overlap,
-            )
-            for s in template.schedules
-        ),
-        services=tuple(
-            ServiceSummary(
-                **{s.kind: s.source},
-                host=s.host,
-                path=s.path,
-                port=s.port,
-                replicas=s.replicas,
-            )
-            for s in template.services
-        ),
-        env=dict(template.env),
-        secrets=dict(template.secrets),
-    )
 
 
 class Reconciler:
@@ -137,9 +97,10 @@ class Reconciler:
         self._locks: dict[str, anyio.Lock] = {}
         self._failures: dict[str, str] = {}  # last recorded failure, per function
         self._skipped: dict[str, str] = {}  # invalid names already reported
-        self._retire: dict[str, int] = {}  # functions to retire again: name -> passes left
-        self._leftovers: set[str] = set()  # functions of a previous process, maybe deleted
         self._services = services
+        self._images = ImageRetirement(
+            registry=registry, builder=builder, services=services, lock=self._lock
+        )
 
     def handlers(self) -> Mapping[type[Command], Handler]:
         """This use case's rows of the bus's handler table."""
@@ -187,11 +148,11 @@ class Reconciler:
                     tg.start_soon(run, entry.name, _bind(self.prepare, entry.name, entry.directory))
             for name in self._known() - present:
                 tg.start_soon(run, name, _bind(self.remove, name))
-            for name in list(self._retire):
-                tg.start_soon(self._retry_retire, name)
-            for name in self._leftovers - present - set(self.registry.current().functions):
-                tg.start_soon(self._retire_leftover, name)
-        self._leftovers.clear()
+            for name in list(self._images.retrying):
+                tg.start_soon(self._images.retry, name)
+            for name in self._images.leftovers - present - set(self.registry.current().functions):
+                tg.start_soon(self._images.retire_leftover, name)
+        self._images.leftovers.clear()
         if self._services is not None:
             catalog = self.registry.current()
             known = set(catalog.functions) | set(catalog.unavailable) | set(self._failures)
@@ -240,7 +201,7 @@ class Reconciler:
             result = await self._swap(name, directory, template, image)
             outcome = await self._converge_services(name, result)
             if result == PREPARED:
-                await self._retire_images(name)  # after the services moved to the new image
+                await self._images.retire(name)  # after the services moved to the new image
             return outcome or result
 
     async def remove(self, name: str) -> str:
@@ -259,7 +220,7 @@ class Reconciler:
                 return SKIPPED
             _log.info("function_removed", function=name)
             await self._publish([FunctionRemoved(name=name, at=self._clock.now())])
-            await self._retire_images(name)
+            await self._images.retire(name)
             return REMOVED
 
     # --- steps ----------------------------------------------------------------------
@@ -393,25 +354,6 @@ class Reconciler:
             await self._publish([FunctionSkipped(name=name, reason=reason, at=self._clock.now())])
         return SKIPPED
 
-    async def _retire_images(self, name: str, *, retry: bool = False) -> None:
-        """Remove the function's images other than the one serving (call under the
-        function's lock, so ``keep`` is never stale). Images still used by draining
-        containers survive; the next few full passes try again (a fresh swap or
-        removal restarts that count; ``retry`` marks one of those passes)."""
-        current = self.registry.get(name)
-        keep = {current.image} if current is not None and current.image else set()
-        if self._services is not None:
-            keep |= self._services.images_in_use(name)
-        try:
-            await self._builder.retire(name, keep)
-        except Exception as exc:  # noqa: BLE001 - cleanup is best effort, retried later
-            _log.warning("function_retire_failed", function=name, error=str(exc))
-        passes = self._retire.get(name, 1) - 1 if retry else RETIRE_RETRY_PASSES
-        if passes > 0:
-            self._retire[name] = passes
-        else:
-            self._retire.pop(name, None)
-
     async def _converge_services(self, name: str, result: str | None = None) -> str | None:
         """Converge the serving version's services (``application/services``);
         a service problem makes the reconcile ``FAILED`` (the version serves on)."""
@@ -433,21 +375,9 @@ class Reconciler:
         return FAILED if failed and result in (PREPARED, UNCHANGED) else result
 
     def add_leftovers(self, names: Iterable[str]) -> None:
-        """Functions a previous process served (from the state view). Those whose
-        folder is gone by the next full pass get their images retired then: they
-        were deleted while Relay was down, so no removal ever ran for them."""
-        self._leftovers.update(names)
-
-    async def _retire_leftover(self, name: str) -> None:
-        if function_name_problem(name) is None:
-            async with self._lock(name):
-                _log.info("function_leftover_retired", function=name)
-                await self._retire_images(name)
-
-    async def _retry_retire(self, name: str) -> None:
-        async with self._lock(name):
-            if name in self._retire:
-                await self._retire_images(name, retry=True)
+        """Functions a previous process served (from the state view); see
+        :meth:`ImageRetirement.add_leftovers`."""
+        self._images.add_leftovers(names)
 
     def _known(self) -> set[str]:
         """Functions this process has told observers about."""

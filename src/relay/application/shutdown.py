@@ -21,7 +21,7 @@ from typing import Protocol
 import anyio
 import structlog
 
-from relay.application.consumer import MessageBuffer
+from relay.application.buffer import MessageBuffer
 
 _log = structlog.get_logger(__name__)
 
