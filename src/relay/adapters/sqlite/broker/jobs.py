@@ -151,6 +151,24 @@ def release_consumer(conn: sqlite3.Connection, now_ms: int, stream: str, consume
     return cur.rowcount
 
 
+def give_back(
+    conn: sqlite3.Connection, now_ms: int, leased: Sequence[tuple[StreamMessage, str]]
+) -> int:
+    """Undo a claim (or reclaim) whose caller was cancelled before it heard of it:
+    each job still under that very lease is ready again, its delivery uncounted
+    and its token void. A job already taken by anyone else is left alone."""
+    released = 0
+    for message, token in leased:
+        cur = conn.execute(
+            "UPDATE jobs SET state = 'ready', token = NULL, consumer = NULL, leased_ms = NULL,"
+            " deliveries = max(0, deliveries - 1)"
+            " WHERE seq = ? AND state = 'leased' AND token = ?",
+            (seq_of(message.id), token),
+        )
+        released += cur.rowcount
+    return released
+
+
 def acknowledge(
     conn: sqlite3.Connection, now_ms: int, seq: int, token: str | None, retention_s: int
 ) -> bool:
