@@ -25,6 +25,7 @@ from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from tests.fakes import FakeClock
+from tests.integration.runtime_support import poll
 
 pytestmark = pytest.mark.anyio
 
@@ -72,10 +73,8 @@ class Hold:
 
 
 async def queued(store: BrokerStore, n: int) -> None:
-    """Until ``n`` steps wait in the writer's queue."""
-    with anyio.fail_after(WAIT_S):
-        while store._queue.qsize() < n:  # noqa: SLF001 - the queue is what is lined up
-            await anyio.sleep(0.001)
+    """Until ``n`` steps wait in the writer's queue (the queue is what is lined up)."""
+    await poll(lambda: store._queue.qsize() >= n, WAIT_S, f"{n} queued steps")
 
 
 async def test_a_read_cancelled_while_queued_is_never_claimed_for_it(
@@ -133,9 +132,8 @@ async def test_a_read_cancelled_after_its_claim_ran_gives_the_lease_back(
         scope.cancel()
         await gone.wait()
         second.release.set()
-    with anyio.fail_after(WAIT_S):
-        while rows(path, "SELECT state FROM jobs") != [("ready",)]:
-            await anyio.sleep(0.001)
+    await poll(lambda: rows(path, "SELECT state FROM jobs") == [("ready",)], WAIT_S,
+               "the lease given back")
     assert rows(path, "SELECT consumer, token, deliveries FROM jobs") == [(None, None, 0)]
     [taken] = await stream_on(store, "other").read(1, 0)
     assert (taken.id, taken.deliveries) == (mid, 1)

@@ -70,6 +70,9 @@ def _winners(per_class: list[list[Candidate]], now_ms: int, count: int) -> list[
     """``count`` claims in a row by the aging rule. Within one class the oldest job
     is always its best (aging only helps the older), so each claim chooses among
     the four heads, exactly as four single lookups per claim would."""
+    filled = [c for c in per_class if c]
+    if len(filled) == 1:  # one class waiting: its oldest first, whatever the aging
+        return filled[0][:count]
     heads = [0] * len(per_class)
     chosen: list[Candidate] = []
     while len(chosen) < count:

@@ -142,7 +142,7 @@ def _corrupt(path: Path, why: str) -> CorruptBroker:
 class _Pending:
     __slots__ = ("abandoned", "future", "key", "loop", "step", "undo", "wakes")
 
-    def __init__(  # noqa: PLR0917 - one queued step's own values
+    def __init__(
         self,
         step: Step,
         loop: asyncio.AbstractEventLoop,
@@ -361,12 +361,17 @@ class BrokerStore:
     ) -> None:
         """One wake-up per event loop for the whole batch, not one per step: each
         ``call_soon_threadsafe`` writes to the loop's self-pipe."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Pending, Any, Any]]] = {}
-        for pending, (result, error) in zip(batch, outcomes, strict=True):
-            by_loop.setdefault(pending.loop, []).append((pending, result, error))
-        for loop, answers in by_loop.items():
+        answers = [(p, r, e) for p, (r, e) in zip(batch, outcomes, strict=True)]
+        loop = batch[0].loop
+        if all(p.loop is loop for p in batch):  # one event loop: the common case
+            by_loop = {loop: answers}
+        else:
+            by_loop = {}
+            for answer in answers:
+                by_loop.setdefault(answer[0].loop, []).append(answer)
+        for target, group in by_loop.items():
             with contextlib.suppress(RuntimeError):  # that loop is closed (shutdown)
-                loop.call_soon_threadsafe(self._settle_all, answers)
+                target.call_soon_threadsafe(self._settle_all, group)
 
     def _settle_all(self, answers: list[tuple[_Pending, Any, BaseException | None]]) -> None:
         """On the callers' loop. A caller cancelled while its committed step was
