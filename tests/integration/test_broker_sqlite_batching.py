@@ -21,9 +21,11 @@ import anyio
 import pytest
 
 from relay.adapters.sqlite.broker import jobs
+from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
 from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
+from relay.domain.outcome import BeginRequest, ClaimRequest, MessageContext
 from tests.fakes import FakeClock
 from tests.integration.runtime_support import poll
 
@@ -149,6 +151,44 @@ async def test_giving_back_leaves_a_job_taken_by_someone_else_alone(
     await store.write(lambda c, now: jobs.reclaim(c, now, "events", "other", 0, 1))
     assert await store.write(lambda c, now: jobs.give_back(c, now, leased)) == 0
     assert rows(path, "SELECT state, consumer, deliveries FROM jobs") == [("leased", "other", 2)]
+
+
+async def test_a_ledger_step_cancelled_while_queued_still_commits(
+    path: Path, store: BrokerStore
+) -> None:
+    """Row 137's limit: only a claim is dropped for a cancelled caller. A ledger
+    call, once made, runs to its end whatever happens to its caller (the port's
+    promise: a handler's result is never lost on its way to the ledger)."""
+    await SqliteEventPublisher(store, "events").publish([(b'{"n": 1}', None)])
+    reader = stream_on(store, "worker-1")
+    [message] = await reader.read(1, 0)
+    ledger = SqliteInvocationLedger(store)
+    ctx = MessageContext(stream="events", group="relay", consumer="worker-1",
+                         message_id=message.id, timestamp="2027-01-15T08:00:00.000Z")
+    request = BeginRequest(
+        context=ctx, classification="matched:fn", token="t1",
+        claims=(ClaimRequest(field="fn/h.run", max_attempts=3, lease_ms=60_000),),
+        gates=("fn/h.run",),
+    )
+    hold = Hold()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.write, hold.step)
+        await hold.until_entered()
+        scope, gone = anyio.CancelScope(), anyio.Event()
+
+        async def begin() -> None:
+            with scope:
+                await ledger.begin(request)
+            gone.set()
+
+        tg.start_soon(begin)
+        await queued(store, 1)
+        scope.cancel()
+        await gone.wait()
+        hold.release.set()
+    await store.write(lambda conn, now: None)  # the writer is past the begin
+    fields = {f for (f,) in rows(path, "SELECT field FROM ledger")}
+    assert "fn/h.run" in fields  # the claim landed although its caller was gone
 
 
 _FULL_DISK = """

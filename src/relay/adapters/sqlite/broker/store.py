@@ -156,7 +156,7 @@ class _Pending:
         self.key = key
         self.undo = undo
         # Set (on the caller's loop) when the caller was cancelled: the writer drops
-        # the step if it has not taken it yet (a plain flag, read under the GIL).
+        # an undoable step it has not taken yet (a plain flag, read under the GIL).
         self.abandoned = False
         self.future: asyncio.Future[Any] = loop.create_future()
 
@@ -225,11 +225,13 @@ class BrokerStore:
         committed. ``wakes``: the step makes jobs ready (readers blocked here look
         again); ``key``: the job the step is about (see :class:`Batch`).
 
-        A caller cancelled while its step is still queued drops the step: it never
-        runs. A step the writer had already taken commits anyway, and the caller
-        never hears of it; ``undo(conn, now_ms, result)`` then runs in a later
-        transaction of its own (a claim gives its leases back, so no job stays
-        leased to a reader that is gone)."""
+        A step once queued runs to its end (and commits) even if its caller is
+        cancelled meanwhile; the cancelled caller just never hears of it (so a
+        handler's result is never dropped on its way to the ledger). A step given
+        an ``undo`` is one that may be taken back instead (a claim): cancelled
+        while still queued, it never runs; already run, ``undo(conn, now_ms,
+        result)`` runs in a later transaction of its own (the claim gives its
+        leases back, so no job stays leased to a reader that is gone)."""
         pending = _Pending(step, asyncio.get_running_loop(), wakes, key, undo)
         self._put(pending)
         try:
@@ -298,7 +300,9 @@ class BrokerStore:
                     stop = True
                     break
                 batch.append(item)
-            batch = [p for p in batch if not p.abandoned]  # their callers are gone
+            # A step that may be undone may also be dropped once its caller is gone;
+            # every other step runs to its end (a ledger call's promise).
+            batch = [p for p in batch if not (p.abandoned and p.undo is not None)]
             if batch:
                 self._commit(batch)
             if stop:
