@@ -16,14 +16,15 @@ Every figure is with ``synchronous=FULL`` in WAL mode, on a file in ``--dir``
   acknowledgment), 16 jobs per transaction, three transactions per round, with
   none of Relay's code: the ceiling of SQLite plus fsync here, against which
   the broker's own Python shows;
-- **Relay broker**: 4 workers at concurrency 16 through Relay's own adapters
-  (``SqliteEventStream.read`` leases, ``SqliteInvocationLedger.begin`` claims
-  the invocation, ``finish`` records the result and acknowledges): jobs/s for
-  ``--jobs`` jobs per run, ``--runs`` runs, medians, with the CPU time per job
-  of the event loop's thread and of the writer thread (CPU time moves far less
-  than wall time on a shared machine) and the steps per commit; then p50/p99
-  of lease+ACK (from the read that leased the job to the acknowledgment's
-  commit) with jobs arriving at half the median rate;
+- **Relay broker**: 4 workers at concurrency 16 through Relay's own adapters and
+  its consumer's buffer and dispatcher tasks (``SqliteEventStream.read`` leases,
+  ``SqliteInvocationLedger.begin`` claims the invocation, ``finish`` records the
+  result and acknowledges): jobs/s for ``--jobs`` jobs per run, ``--runs`` runs,
+  medians, with the CPU time per job of the event loop's thread and of the
+  writer thread (CPU time moves far less than wall time on a shared machine) and
+  the steps per commit; then p50/p99 of lease+ACK (from the read that leased
+  the job to the acknowledgment's commit) with jobs arriving at half the median
+  rate;
 - **64 claimers**: the peak RSS of a process whose 64 concurrent claimers run
   the same jobs (``ru_maxrss``, its own process);
 - **depth vs RSS**: arrival at twice the processing rate; the queue depth and
@@ -68,6 +69,7 @@ from relay.adapters.sqlite.broker.producer import SqliteEventPublisher  # noqa: 
 from relay.adapters.sqlite.broker.store import BrokerStore, connect  # noqa: E402
 from relay.adapters.sqlite.broker.stream import SqliteEventStream  # noqa: E402
 from relay.adapters.system import SystemClock  # noqa: E402
+from relay.application.consumer import Dispatchers, MessageBuffer  # noqa: E402
 from relay.domain.invocation import Complete  # noqa: E402
 from relay.domain.outcome import (  # noqa: E402
     AttemptReport,
@@ -75,6 +77,7 @@ from relay.domain.outcome import (  # noqa: E402
     ClaimRequest,
     FinishRequest,
     MessageContext,
+    StreamMessage,
 )
 
 FIELD = "fn/h.run"
@@ -224,27 +227,31 @@ class Bench:
         self.done += 1
 
     async def worker(self, name: str, concurrency: int, total: int) -> None:
+        """One worker as ``relay start`` runs it: Relay's own ``MessageBuffer`` (read
+        for free places only, once half the buffer is free) and ``Dispatchers``
+        (long-lived tasks, not one task per job)."""
         stream = SqliteEventStream(self.store, stream="events", group="relay", consumer=name)
-        free = anyio.Semaphore(concurrency)
-        async with anyio.create_task_group() as tg:
-            while self.done < total:
-                await free.acquire()
-                want = 1 + free.value
-                for _ in range(want - 1):
-                    await free.acquire()
-                got = await stream.read(want, 5)
-                leased_at = time.perf_counter()  # the lease is committed: the clock starts
-                for _ in range(want - len(got)):
-                    free.release()
-                for message in got:
-                    tg.start_soon(self._slot, free, stream, message.id, leased_at)
+        buffer = MessageBuffer(concurrency)
+        leased_at: dict[str, float] = {}
 
-    async def _slot(self, free: anyio.Semaphore, stream: SqliteEventStream, message_id: str,
-                    leased_at: float) -> None:
-        try:
-            await self.handle(stream, message_id, leased_at)
-        finally:
-            free.release()
+        async def dispatch(message: StreamMessage) -> None:
+            await self.handle(stream, message.id, leased_at.pop(message.id))
+
+        async with anyio.create_task_group() as tg:
+            workers = Dispatchers(tg, dispatch, buffer)
+            batch = max(1, concurrency // 2)
+            while self.done < total:
+                if not buffer.room(batch):
+                    await buffer.wait_free(batch)
+                    continue
+                with buffer.reserve(buffer.free) as places:
+                    got = await stream.read(places.count, 5)
+                    now = time.perf_counter()  # the lease is committed: the clock starts
+                    for message in got:
+                        if places.take(message.id):
+                            leased_at[message.id] = now
+                            workers.hand(message)
+            workers.close()
 
     async def run(self, workers: int, concurrency: int, total: int) -> None:
         self.done = 0
