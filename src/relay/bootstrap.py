@@ -36,6 +36,7 @@ from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
 from relay.adapters.git.webhook import git_webhook
 from relay.adapters.linewriter import DroppedLines, writer_for
+from relay.adapters.metrics.breakers import subscribe_breakers
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.server import MetricsServer, sample_backlog
 from relay.adapters.metrics.subscribers import InstrumentedImageBuilder, subscribe
@@ -43,6 +44,7 @@ from relay.adapters.sqlite.db import open_db
 from relay.adapters.sqlite.state_view import SqliteStateView
 from relay.adapters.sqlite.stats_store import SqliteStatsStore
 from relay.adapters.system import RandomTokenSource, SystemClock
+from relay.application.breakers import BreakerBoard, subscribe_breaker_log
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
 from relay.application.consumer import ConsumerLoop, MessageBuffer, RecoveryLoop
@@ -69,6 +71,7 @@ from relay.application.services import ServiceConverger
 from relay.application.shutdown import COMPLETE, GracefulStop
 from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
+from relay.domain import events as ev
 from relay.domain.execution import PoolSnapshot
 from relay.domain.services import RoutingSettings
 
@@ -143,6 +146,11 @@ def compose(
     )
     for kind, handler in reconciler.handlers().items():
         bus.register(kind, handler)
+    breakers = BreakerBoard(clock=clock, registry=registry, notify=bus.notify)
+    for kind, handler in breakers.table().items():
+        bus.register(kind, handler)
+    subscribe_breaker_log(bus)
+    bus.subscribe(ev.FunctionRemoved, lambda e: breakers.forget(e.name))
     bus.register(
         cmd.DispatchMessage,
         MessageDispatcher(
@@ -158,11 +166,17 @@ def compose(
             slot_wait_s=slot_wait_s,
             notify=bus.notify,
             history=history,
+            breakers=breakers,
         ),
     )
     subscribe_delivery_log(bus)
     invoker = FunctionInvoker(
-        registry=registry, runtime=runtime, slots=slots, secrets=secrets, clock=clock
+        registry=registry,
+        runtime=runtime,
+        slots=slots,
+        secrets=secrets,
+        clock=clock,
+        tokens=tokens,
     )
     bus.register(cmd.InvokeFunction, invoker)
     bus.register(
@@ -296,6 +310,7 @@ async def build_worker(
             services=services,
         )
         subscribe(bus, metrics)
+        subscribe_breakers(bus, metrics.registry)
         metrics.watch_pools(lambda: _pool_snapshots(runtime))
         state_view = SqliteStateView(paths.database)
         # Functions the previous process served: those deleted while Relay was down
@@ -404,17 +419,10 @@ def _add_loops(
         server = MetricsServer(metrics, str(settings.metrics_addr))
         worker.loops.append(("metrics", server.run))
     worker.loops += broker.loops
-    if broker.publisher is not None:
-        scheduler = Scheduler(
-            registry=worker.registry, publisher=broker.publisher, clock=clock, notify=bus.notify
-        )
-        worker.loops.append(("scheduler", scheduler.run))
-    else:
-        log.warning(
-            "schedules_not_published",
-            broker=broker.name,
-            reason="the embedded broker has no publish-if-new for schedules yet",
-        )
+    scheduler = Scheduler(
+        registry=worker.registry, publisher=broker.publisher, clock=clock, notify=bus.notify
+    )
+    worker.loops.append(("scheduler", scheduler.run))
 
 
 async def _git_webhook(

@@ -1,17 +1,27 @@
-"""The OccurrencePublisher and OccurrenceHistory contract, on the in-memory fakes and
-on Redis: one suite, so the embedded broker can be held to it too."""
+"""The OccurrencePublisher and OccurrenceHistory contract, on the in-memory fakes, on
+Redis and on the embedded broker's file: one suite, the same tests for all three."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import redis.asyncio
 
 from relay.adapters.redis.keys import invocation_key
 from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurrencePublisher
 from relay.adapters.redis.stream import RedisEventStream
+from relay.adapters.sqlite.broker import jobs
+from relay.adapters.sqlite.broker.schedules import (
+    SqliteOccurrenceHistory,
+    SqliteOccurrencePublisher,
+)
+from relay.adapters.sqlite.broker.store import BrokerStore
+from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.application.ports import EventStream, OccurrenceHistory, OccurrencePublisher
 from relay.domain import schedule
 from relay.domain.ledger_rules import CLASS_FIELD, class_stamp
@@ -77,10 +87,65 @@ class RedisBed(Bed):
         await self.client.hset(key, CLASS_FIELD, class_stamp(classification, "t1"))
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-async def bed(request: pytest.FixtureRequest) -> AsyncIterator[Bed]:
+class _AcknowledgingStream(SqliteEventStream):
+    """The broker file's stream, where ``drop`` (the suite's "no longer pending")
+    is the fenced acknowledgment a settled invocation makes: the embedded broker's
+    own ``drop`` does nothing, a job's body never being gone before it is acked."""
+
+    def __init__(self, store: BrokerStore) -> None:
+        super().__init__(store, stream="events", group="relay", consumer="w1")
+        self._own = store
+
+    async def drop(self, ids: Sequence[str]) -> None:
+        for message_id in ids:
+            seq = jobs.seq_of(message_id)
+            assert seq is not None
+            token = self._own.leases.pop(seq)
+
+            def ack(c: sqlite3.Connection, now: int, s: int = seq, t: str = token) -> bool:
+                return jobs.acknowledge(c, now, s, t, 60)
+
+            assert await self._own.write(ack)
+
+
+class SqliteBed(Bed):
+    def __init__(self, store: BrokerStore) -> None:
+        self.store = store
+        self.stream = _AcknowledgingStream(store)
+        self.publisher = SqliteOccurrencePublisher(store, "events")
+        self.history = SqliteOccurrenceHistory(store, "events")
+
+    async def entries(self) -> list[bytes | None]:
+        rows = await self.store.read(
+            lambda c: c.execute("SELECT payload FROM jobs ORDER BY seq").fetchall()
+        )
+        return [bytes(r[0]) if r[0] is not None else None for r in rows]
+
+    async def classify(self, message_id: str, classification: str) -> None:
+        seq = jobs.seq_of(message_id)
+        stamp = class_stamp(classification, "t1")
+
+        def step(c: sqlite3.Connection, _now: int) -> None:
+            c.execute(
+                "INSERT INTO ledger (seq, field, value) VALUES (?, ?, ?)", (seq, CLASS_FIELD, stamp)
+            )
+
+        await self.store.write(step)
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis), "sqlite"])
+async def bed(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Bed]:
     if request.param == "memory":
         yield MemoryBed()
+        return
+    if request.param == "sqlite":
+        store = await anyio.to_thread.run_sync(
+            BrokerStore, tmp_path / "broker.sqlite3", FakeClock()
+        )
+        try:
+            yield SqliteBed(store)
+        finally:
+            await anyio.to_thread.run_sync(store.close)
         return
     unique: str = request.getfixturevalue("unique")
     client = redis.asyncio.Redis.from_url(redis_url_for(request), decode_responses=False)

@@ -10,6 +10,7 @@ import docker.errors
 import pytest
 import redis
 
+from tests.e2e.embedded_support import broker_file, embedded_worker  # noqa: F401 - fixtures
 from tests.e2e.harness import RelayWorker
 
 WorkerFactory = Callable[..., RelayWorker]

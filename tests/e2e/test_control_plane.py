@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.conftest import WorkerFactory
 from tests.e2e.harness import EXAMPLES, RelayWorker, copy_function, run_relay, wait_until
 from tests.e2e.test_walking_skeleton import EXAMPLE_EVENT, pending_ids, write_failing_function
+from tests.json_schemas import assert_matches_schema
 
 pytestmark = pytest.mark.e2e
 
@@ -185,6 +186,21 @@ def test_stats_metrics_and_pool_counters_through_a_run_and_a_reset(
     for label in ("Last matched:", "Last success:"):
         assert re.search(rf"^  {label}\s+{stamp}", inspect.stdout, re.MULTILINE), inspect.stdout
     assert "Last failure:" not in inspect.stdout
+    # the same facts as documents, from the live worker (its pool) and the flushed stats
+    shown = assert_matches_schema(
+        run_relay(["function", "inspect", FUNCTION, "--json"], worker.admin_env).stdout
+    )
+    assert shown["pool"]["live"] is not None
+    assert shown["pool"]["live"]["capacity"] >= 1
+    assert (shown["pool"]["cold_starts"], shown["pool"]["warm_acquires"]) == (1, 1)
+    assert shown["stats"]["events_matched"] == 2
+    assert shown["stats"]["last_success_at"] is not None
+    assert shown["stats"]["last_failure_at"] is None
+    totals = assert_matches_schema(run_relay(["stats", "--json"], worker.admin_env).stdout)
+    assert (totals["events_received"], totals["events_unmatched"]) == (3, 1)
+    assert totals["updated_at"] is not None
+    listed = assert_matches_schema(run_relay(["function", "ls", "--json"], worker.admin_env).stdout)
+    assert [(f["name"], f["status"]) for f in listed["functions"]] == [(FUNCTION, "ready")]
 
     reset = run_relay(["stats", "reset"], worker.admin_env)
     assert reset.returncode == 0, reset.stderr

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from relay.entrypoints.cli import app
 from tests.e2e.harness import run_relay
 from tests.gitbed import BareRepo, GitServer
+from tests.json_schemas import assert_matches_schema
 
 pytestmark = pytest.mark.git
 
@@ -395,11 +396,19 @@ def test_status_shows_the_source_and_commit_but_never_key_material(
     commit = (operator.state / "git" / "checkout" / ".git" / "HEAD").read_text().strip()
     assert f"Commit:         {commit}" in out
     assert "ok (1 function(s))" in out
+    code, as_json, _ = operator.relay("git", "status", "--json")
+    assert code == 0
+    doc = assert_matches_schema(as_json)
+    assert doc["checkout"] == {"present": True, "commit": commit}
+    assert doc["last_sync"]["ok"] is True
+    assert doc["last_sync"]["functions"] == ["hello"]
+    assert doc["last_sync"]["commit"] == commit
     private = (operator.state / "ssh" / "id_ed25519").read_text()
     public = (operator.state / "ssh" / "id_ed25519.pub").read_text().split()[1]
     body = "".join(line for line in private.splitlines() if "-----" not in line)
     for secret_part in (body[:40], body[-40:], public):
         assert secret_part not in out
+        assert secret_part not in as_json
 
 
 def test_remove_keeps_key_and_functions_and_is_idempotent(

@@ -13,6 +13,7 @@ import redis
 from relay.adapters.redis.keys import invocation_key
 from tests.e2e.conftest import WorkerFactory
 from tests.e2e.harness import EXAMPLES, copy_function, run_relay, send_event, text, wait_until
+from tests.json_schemas import assert_matches_schema
 
 pytestmark = pytest.mark.e2e
 
@@ -177,9 +178,18 @@ def test_invalid_configuration_stops_start_with_one_line(
 def test_health_checks_redis_and_docker_for_real(redis_url: str) -> None:
     ok = run_relay(["health"], {"REDIS_URI": redis_url})
     assert ok.returncode == 0, ok.stderr
+    ok_json = run_relay(["health", "--json"], {"REDIS_URI": redis_url})
+    assert ok_json.returncode == 0, ok_json.stderr
+    assert assert_matches_schema(ok_json.stdout)["ok"] is True
+    assert ok_json.stderr == ""
     down = run_relay(["health"], {"REDIS_URI": "127.0.0.1:1"})
     assert down.returncode == 1
     assert down.stderr.strip().startswith("relay: redis at 127.0.0.1:1 is unreachable")
+    down_json = run_relay(["health", "--json"], {"REDIS_URI": "127.0.0.1:1"})
+    assert down_json.returncode == 1
+    doc = assert_matches_schema(down_json.stdout)
+    assert doc["ok"] is False
+    assert doc["problem"].startswith("redis at 127.0.0.1:1 is unreachable")
     no_docker = run_relay(["health"], {"REDIS_URI": redis_url, "DOCKER_HOST": "tcp://127.0.0.1:1"})
     assert no_docker.returncode == 1
     assert no_docker.stderr.strip().startswith("relay: docker is unreachable")

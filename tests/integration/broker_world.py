@@ -19,9 +19,14 @@ import anyio
 
 from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
 from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
+from relay.adapters.sqlite.broker.schedules import (
+    SqliteOccurrenceHistory,
+    SqliteOccurrencePublisher,
+)
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.adapters.system import RandomTokenSource, SystemClock
+from relay.application.breakers import BreakerBoard
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
 from relay.application.consumer import ConsumerLoop, MessageBuffer, RecoveryLoop
@@ -56,16 +61,22 @@ class BrokerWorld:
                                         consumer=consumer)
         self.ledger = SqliteInvocationLedger(self.store)
         self.publisher = SqliteEventPublisher(self.store, "events")
+        self.occurrences = SqliteOccurrencePublisher(self.store, "events")
         self.registry = FunctionRegistry()
         self.registry.mark_complete()
         self.runtime = InMemoryContainerRuntime()
         self.slots = Slots(16, wait_s=0.05)
         self.bus = MessageBus({})
+        self.breakers = BreakerBoard(
+            clock=self.clock, registry=self.registry, notify=self.bus.notify
+        )
         self.dispatcher = MessageDispatcher(
             stream=self.stream, ledger=self.ledger, registry=self.registry,
             runtime=self.runtime, slots=self.slots, secrets=InMemorySecretStore(),
             clock=self.clock, tokens=RandomTokenSource(), max_event_bytes=max_event_bytes,
             slot_wait_s=0.05, notify=self.bus.notify, lease_grace_ms=500,
+            history=SqliteOccurrenceHistory(self.store, "events"),  # as relay start wires it
+            breakers=self.breakers,
         )
         self.bus.register(DispatchMessage, self.dispatcher)
         spec = template or {"events": [{"handler": HANDLER, "pattern": {"kind": ["job"]},

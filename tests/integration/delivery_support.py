@@ -44,9 +44,16 @@ async def bytes_client(request: pytest.FixtureRequest) -> AsyncIterator[redis.as
 
 
 class RedisWorld:
-    """The delivery path on Redis; ``runtime`` is scripted like the unit tests' fake."""
+    """The delivery path on Redis; ``runtime`` is scripted like the unit tests' fake
+    unless a real one is given (its functions then need ``image``)."""
 
-    def __init__(self, client: redis.asyncio.Redis, unique: str, consumer: str = "w1") -> None:
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        unique: str,
+        consumer: str = "w1",
+        runtime: Any = None,
+    ) -> None:
         self.client = client
         self.stream_name = f"{unique}-events"
         self.stream = RedisEventStream(
@@ -55,7 +62,7 @@ class RedisWorld:
         self.ledger = RedisInvocationLedger(client)
         self.registry = FunctionRegistry()
         self.registry.mark_complete()  # every function of the world is declared
-        self.runtime = InMemoryContainerRuntime()
+        self.runtime = InMemoryContainerRuntime() if runtime is None else runtime
         self.slots = Slots(8, wait_s=1.0)
         self.bus = MessageBus({})
         self.dispatcher = MessageDispatcher(
@@ -77,7 +84,7 @@ class RedisWorld:
         for kind in DELIVERY_EVENTS:
             self.bus.subscribe(kind, self.events.append)
 
-    def function(self, name: str, template: dict[str, Any]) -> None:
+    def function(self, name: str, template: dict[str, Any], image: str = "img") -> None:
         parsed = parse_template({"runtime": "python3.14", **template})
         self.registry.put(
             ActiveFunction(
@@ -85,12 +92,12 @@ class RedisWorld:
                 directory=f"/functions/{name}",
                 template=parsed,
                 runtime="python3.14",
-                image="img",
+                image=image,
                 fingerprint=None,
                 prepared_at=None,
             )
         )
-        self.runtime.activate(name, "img", "python3.14", parsed.concurrency)
+        self.runtime.activate(name, image, "python3.14", parsed.concurrency)
 
     async def dispatch(self, message: StreamMessage) -> Any:
         return await self.bus.send(DispatchMessage(message=message))

@@ -151,3 +151,42 @@ async def test_dlq_and_trace_read_the_file_with_the_redis_output(
     again = await anyio.to_thread.run_sync(relay, path, "dlq", "rm", entry_id)
     assert again.returncode == 1
     assert again.stderr.strip() == f"relay: no dead-letter entry {entry_id} in {path} (dlq)"
+
+
+async def test_an_open_breaker_holds_jobs_on_the_embedded_broker_until_its_probe_closes_it(
+    path: Path, clock: FakeClock
+) -> None:
+    """Row 101: the breaker on the embedded broker. Two failures open it; the jobs
+    delivered next are held (no ledger row: no attempt charged), stay leased, and
+    are never dead-lettered; after the cooldown the recovery pass lets one probe
+    through, it succeeds, and every job is acknowledged with an empty DLQ table."""
+    world = BrokerWorld(path, clock=clock, template={
+        "concurrency": 1,
+        "breaker": {"failures": 2, "cooldown": "30s"},
+        "events": [{"handler": "h.run", "pattern": {"kind": ["job"]}, "retries": 5}],
+    })
+    try:
+        world.runtime.script[FIELD] = InvocationResult(ok=False, error="connection refused")
+        ids = await world.publisher.publish(
+            [(b'{"kind": "job", "n": %d}' % n, None) for n in range(4)]
+        )
+        for _ in ids:
+            await deliver_next(world)
+        assert len(world.runtime.requests) == 2  # the two that opened it
+        assert world.breakers.snapshot("fn").state == "open"
+        # a ledger row only for the two that ran: the held ones were never charged
+        assert rows(path, "SELECT count(*) FROM ledger WHERE field = ?", FIELD) == [(2,)]
+        assert rows(path, "SELECT count(*) FROM dlq") == [(0,)]
+        assert rows(path, "SELECT count(*) FROM jobs WHERE state = 'leased'") == [(4,)]
+
+        del world.runtime.script[FIELD]  # the downstream is back
+        clock.advance(31)  # the cooldown, and the held leases are idle
+        await recover(world)
+        assert world.breakers.snapshot("fn").state == "closed"
+        clock.advance(61)  # the 1m backoff of the two that failed
+        await recover(world)
+        assert rows(path, "SELECT count(*) FROM jobs WHERE state = 'acked'") == [(4,)]
+        assert rows(path, "SELECT count(*) FROM dlq") == [(0,)]
+        assert len(world.runtime.requests) == 6  # 2 failures + 4 successes, nothing lost
+    finally:
+        world.close()

@@ -13,6 +13,7 @@ from relay.adapters.redis.schedules import RedisOccurrencePublisher
 from relay.adapters.sqlite.db import db_path, open_db
 from relay.domain import schedule
 from relay.entrypoints.cli import app
+from tests.json_schemas import assert_matches_schema
 
 pytestmark = [pytest.mark.redis]
 
@@ -64,6 +65,16 @@ def test_schedule_ls_shows_the_last_published_and_the_next_occurrence(
     assert "Europe/Rome)" in a
     assert b.startswith(f"{fn}/jobs.b")
     assert "  -  " in b  # never published
+    as_json = CliRunner().invoke(app, ["schedule", "ls", "--json"], env=env)
+    assert as_json.exit_code == 0, as_json.output
+    doc = assert_matches_schema(as_json.stdout)
+    assert doc["last_published_error"] is None
+    assert [(s["handler"], s["last_published"]) for s in doc["schedules"]] == [
+        ("jobs.a", "2030-03-17T17:46:40Z"),
+        ("jobs.b", None),
+    ]
+    assert doc["schedules"][0]["timezone"] == "Europe/Rome"
+    assert doc["schedules"][1]["timezone"] == "UTC"
 
 
 def test_schedule_ls_without_redis_says_unknown_in_one_line(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from relay.application.breakers import BreakerBoard, subscribe_breaker_log
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
 from relay.application.delivery_log import subscribe_delivery_log
@@ -48,6 +49,9 @@ DELIVERY_EVENTS: tuple[type[DomainEvent], ...] = (
     ev.InvocationCrashed,
     ev.OccurrenceObsolete,
     ev.OccurrenceSkipped,
+    ev.BreakerOpened,
+    ev.BreakerHalfOpened,
+    ev.BreakerClosed,
 )
 
 
@@ -71,6 +75,9 @@ class World:
         self.history = InMemoryOccurrenceHistory(self.stream, self.ledger)
         self.publisher = InMemoryOccurrencePublisher(self.stream, self.clock)
         self.bus = MessageBus({})
+        self.breakers = BreakerBoard(
+            clock=self.clock, registry=self.registry, notify=self.bus.notify
+        )
         self.dispatcher = MessageDispatcher(
             stream=self.stream,
             ledger=self.ledger,
@@ -84,9 +91,13 @@ class World:
             slot_wait_s=slot_wait_s,
             notify=self.bus.notify,
             history=self.history,
+            breakers=self.breakers,
         )
         self.bus.register(DispatchMessage, self.dispatcher)
+        for command, handler in self.breakers.table().items():
+            self.bus.register(command, handler)
         subscribe_delivery_log(self.bus)
+        subscribe_breaker_log(self.bus)
         self.events: list[DomainEvent] = []
         for kind in DELIVERY_EVENTS:
             self.bus.subscribe(kind, self.events.append)

@@ -119,6 +119,7 @@ async def test_request_carries_handler_env_and_event() -> None:
     assert (await call(container))[0] == (True, "")
     (sent,) = stream.requests
     assert sent["handler"] == "mod.handler"
+    assert sent["env"].pop("RELAY_DEADLINE")  # always set (tests/unit/test_handler_context.py)
     assert sent["env"] == {"K": "v", "RELAY_HANDLER": "mod.handler"}
     assert json.loads(sent["event"]) == {"a": 1}
     assert sent["timeout_s"] == 6.0

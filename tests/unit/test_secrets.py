@@ -206,3 +206,38 @@ def test_cli_set_refuses_bytes_that_are_not_utf8_and_keeps_the_old_value(
     assert "canary-90ab" not in result.output
     assert "Traceback" not in result.output
     assert FileSecretStore(tmp_path / "secrets").get("api-key") == "old"
+
+
+@pytest.mark.parametrize("given", ["", b""])
+def test_cli_set_refuses_an_empty_value_unless_allowed(tmp_path: Path, given: str | bytes) -> None:
+    """An empty pipe (or a bare Enter at the prompt) would blank a working secret."""
+    runner = CliRunner()
+    env = {"RELAY_STATE_DIR": str(tmp_path)}
+    store = FileSecretStore(tmp_path / "secrets")
+    assert runner.invoke(app, ["secret", "set", "api-key"], input="old", env=env).exit_code == 0
+    refused = runner.invoke(app, ["secret", "set", "api-key"], input=given, env=env)
+    assert refused.exit_code == 1
+    assert refused.stderr == (
+        'relay: secret "api-key": the value is empty; nothing changed '
+        "(pass --allow-empty to store an empty value)\n"
+    )
+    assert store.get("api-key") == "old"
+    allowed = runner.invoke(
+        app, ["secret", "set", "api-key", "--allow-empty"], input=given, env=env
+    )
+    assert allowed.exit_code == 0, allowed.output
+    assert store.get("api-key") == ""
+
+
+def test_cli_set_allow_empty_is_a_flag_and_a_bad_name_is_refused_before_reading(
+    tmp_path: Path,
+) -> None:
+    runner = CliRunner()
+    env = {"RELAY_STATE_DIR": str(tmp_path)}
+    valued = runner.invoke(app, ["secret", "set", "k", "--allow-empty=yes"], input="v", env=env)
+    assert valued.exit_code == 2
+    assert "does not take a value" in valued.stderr
+    bad = runner.invoke(app, ["secret", "set", "Bad/Name"], input="", env=env)
+    assert bad.exit_code == 1
+    assert bad.stderr.startswith("relay: invalid secret name 'Bad/Name'")
+    assert not (tmp_path / "secrets").exists()

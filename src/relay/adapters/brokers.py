@@ -2,10 +2,12 @@
 
 ``redis`` (the default): the consumer group on a Redis stream, its Lua ledger,
 the DLQ stream, the ``XPENDING`` backlog, and the stream trimmer when
-``REDIS_STREAM_RETENTION`` is set. ``sqlite``: the embedded broker file, whose
+``REDIS_STREAM_RETENTION`` is set. Either broker gets the dead-letter trimmer
+when ``DLQ_RETENTION`` is set. ``sqlite``: the embedded broker file, whose
 queue, ledger and DLQ table share one database (a claim and its ledger row are
 one transaction); retention there deletes acknowledged jobs once their ledger
-retention is over, inside the recovery loop's step.
+retention is over, inside the recovery loop's step. Both publish schedule
+occurrences if new in one atomic step (a Lua script; one transaction).
 """
 
 from __future__ import annotations
@@ -28,8 +30,13 @@ from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurren
 from relay.adapters.redis.stream import RedisEventStream
 from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
 from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
+from relay.adapters.sqlite.broker.schedules import (
+    SqliteOccurrenceHistory,
+    SqliteOccurrencePublisher,
+)
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
+from relay.application.dlq_retention import DeadLetterRetention, DeadLetterTrim
 from relay.application.ports import (
     Clock,
     EventStream,
@@ -49,11 +56,10 @@ class Broker:
     ledger: InvocationLedger
     dead_letters: DeadLetterSource
     backlog: BacklogReader
+    # Schedules' publish-if-new and the overlap check (``overlap: skip``).
+    publisher: OccurrencePublisher
+    history: OccurrenceHistory
     loops: list[tuple[str, Callable[..., Coroutine[Any, Any, None]]]] = field(default_factory=list)
-    # Schedules' publish-if-new and the overlap check; None where the broker has
-    # none yet (the embedded broker: schedules are not published there).
-    publisher: OccurrencePublisher | None = None
-    history: OccurrenceHistory | None = None
 
 
 async def open_broker(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
@@ -61,6 +67,14 @@ async def open_broker(stack: AsyncExitStack, settings: Any, clock: Clock) -> Bro
     if settings.broker.embedded:
         return await _sqlite(stack, settings, clock)
     return await _redis(stack, settings, clock)
+
+
+def _dlq_retention(broker: Broker, reader: DeadLetterTrim, settings: Any, clock: Clock) -> Broker:
+    """``DLQ_RETENTION`` set: the loop that deletes dead letters older than it."""
+    retention_ns = getattr(settings, "dlq_retention_ns", None)
+    if retention_ns is not None:
+        broker.loops.append(("dlq_retention", DeadLetterRetention(reader, retention_ns, clock).run))
+    return broker
 
 
 async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
@@ -79,11 +93,12 @@ async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
     await tidy_consumers(
         redis, stream=settings.redis.stream, group=settings.redis.group, keep=settings.hostname
     )
+    dead_letters = RedisDeadLetterReader(redis, settings.redis.stream)
     broker = Broker(
         name="redis",
         stream=stream,
         ledger=RedisInvocationLedger(redis, acked_ttl_s=ttl_s),
-        dead_letters=RedisDeadLetterReader(redis, settings.redis.stream),
+        dead_letters=dead_letters,
         backlog=redis_backlog_reader(redis, settings.redis.stream, settings.redis.group),
         publisher=RedisOccurrencePublisher(redis, settings.redis.stream),
         history=RedisOccurrenceHistory(redis, settings.redis.stream, settings.redis.group),
@@ -93,7 +108,7 @@ async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
             redis, settings.redis.stream, settings.stream_retention_ns, clock
         )
         broker.loops.append(("retention", trimmer.run))
-    return broker
+    return _dlq_retention(broker, dead_letters, settings, clock)
 
 
 async def _sqlite(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
@@ -110,13 +125,17 @@ async def _sqlite(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         consumer=settings.hostname,
     )
     await stream.ensure_group()
-    return Broker(
+    dead_letters = SqliteDeadLetterReader(store)
+    broker = Broker(
         name="broker",
         stream=stream,
         ledger=SqliteInvocationLedger(store, acked_ttl_s=settings.ledger_retention_ns // 10**9),
-        dead_letters=SqliteDeadLetterReader(store),
+        dead_letters=dead_letters,
         backlog=sqlite_backlog_reader(store, settings.redis.stream),
+        publisher=SqliteOccurrencePublisher(store, settings.redis.stream),
+        history=SqliteOccurrenceHistory(store, settings.redis.stream),
     )
+    return _dlq_retention(broker, dead_letters, settings, clock)
 
 
 def sqlite_backlog_reader(store: BrokerStore, stream: str) -> BacklogReader:

@@ -9,6 +9,7 @@ as log context, so lines from deeper layers carry them too.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,8 @@ from relay.application.bus import MessageBus
 from relay.domain import events as ev
 from relay.domain.messages import DomainEvent
 
-_log = structlog.get_logger("relay.application.dispatch")
+_NAME = "relay.application.dispatch"
+_log = structlog.get_logger(_NAME)
 
 
 def _attempt_fields(
@@ -199,7 +201,20 @@ LINES: dict[type[DomainEvent], Callable[[Any], None]] = {
 }
 
 
+# The two lines every handled event would otherwise pay for (one notify, a
+# keyword dict, a filtered call) even when the level hides them: they are not
+# subscribed at all then. The level is the process's, set once at start.
+_HOT_LEVELS: dict[type[DomainEvent], int] = {
+    ev.InvocationStarted: logging.DEBUG,
+    ev.InvocationSucceeded: logging.INFO,
+}
+
+
 def subscribe_delivery_log(bus: MessageBus) -> None:
-    """Register the delivery log lines on ``bus`` (all synchronous)."""
+    """Register the delivery log lines on ``bus`` (all synchronous); call it after
+    the logging is configured (the hot lines a level hides are left out)."""
     for kind, line in LINES.items():
-        bus.subscribe(kind, line)
+        level = _HOT_LEVELS.get(kind)
+        # a fresh proxy: asking the module's own would cache its logger for good
+        if level is None or structlog.get_logger(_NAME).is_enabled_for(level):
+            bus.subscribe(kind, line)

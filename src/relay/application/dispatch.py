@@ -29,27 +29,28 @@ charged. A claim error fails closed: nothing runs and the message stays pending.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import msgspec
 
+from relay.application.breakers import BreakerBoard, counted_result
 from relay.application.bus import Outcome
+from relay.application.classify import Occurrence, classify
 from relay.application.dispatch_events import (
+    ended_event,
+    fenced_event,
     newly_exhausted_events,
     outcome_name,
     pending_reason,
+    result_event,
     settlement_events,
 )
+from relay.application.dispatch_lease import Lease, Leases
 from relay.application.environment import resolve_environment
 from relay.application.log_context import log_context
-from relay.application.occurrence_plan import (
-    OccurrenceGone,
-    OccurrenceRun,
-    OccurrenceWait,
-    plan_occurrence,
-)
+from relay.application.occurrence_plan import OccurrenceGone, OccurrenceRun, OccurrenceWait
 from relay.application.ports import (
     CatalogSource,
     Clock,
@@ -70,16 +71,8 @@ from relay.domain.events import (
     EventMalformed,
     InvocationCrashed,
     InvocationDeferred,
-    InvocationExhausted,
-    InvocationFailed,
-    InvocationFenced,
-    InvocationStarted,
-    InvocationSucceeded,
-    LeaseRenewed,
     LedgerUnavailable,
     MessageKeptPending,
-    OccurrenceObsolete,
-    OccurrenceSkipped,
 )
 from relay.domain.execution import (
     InvocationRequest,
@@ -90,11 +83,11 @@ from relay.domain.execution import (
     crashed,
     failure_message,
 )
+from relay.domain.handler_context import HandlerContext
 from relay.domain.invocation import (
     Complete,
     Exhaust,
     Release,
-    Retry,
     Transition,
     after_failure,
     exhaustion_reason,
@@ -112,15 +105,12 @@ from relay.domain.outcome import (
     Malformed,
     MalformedRequest,
     MessageContext,
-    RenewRequest,
     Settlement,
-    classify_failure,
-    inspect_payload,
     rfc3339,
     split_field,
     unique_in_order,
 )
-from relay.domain.schedule import Envelope, InvalidOccurrence
+from relay.domain.schedule import Envelope
 from relay.domain.template import HandlerRule, Template
 
 Notify = Callable[[DomainEvent], None]
@@ -149,6 +139,7 @@ class _Planned(msgspec.Struct, frozen=True):
     rule: HandlerRule  # an event rule, or the schedule of an occurrence
     template: Template
     ready: bool
+    occurrence_id: str = ""  # a schedule occurrence's (RELAY_OCCURRENCE_ID)
 
 
 class _Plan(msgspec.Struct, frozen=True, kw_only=True):
@@ -203,8 +194,10 @@ class MessageDispatcher:
         notify: Notify = _discard,
         lease_grace_ms: int = LEASE_GRACE_MS,
         history: OccurrenceHistory | None = None,
+        breakers: BreakerBoard | None = None,
     ) -> None:
-        """``history`` answers ``overlap: skip``; without one, occurrences overlap."""
+        """``history`` answers ``overlap: skip``; without one, occurrences overlap.
+        ``breakers`` holds invocations of functions whose breaker is open."""
         self._stream = stream
         self._ledger = ledger
         self._registry = registry
@@ -218,6 +211,7 @@ class MessageDispatcher:
         self._pad_ms = int(slot_wait_s * 1000) + lease_grace_ms
         self._notify = notify
         self._history = history
+        self._breakers = breakers
 
     async def __call__(self, command: DispatchMessage) -> Outcome[MessageReport]:
         message = command.message
@@ -249,15 +243,11 @@ class MessageDispatcher:
         """Decode and match; an event that cannot be decoded or classified for any
         reason (not JSON, too deep for the decoder or the matcher, ...) is malformed."""
         catalog = self._registry.current()
-        try:
-            decoded = inspect_payload(payload, self._max_event_bytes)
-            if isinstance(decoded, Malformed):
-                return decoded
-            if schedule.is_occurrence(decoded):
-                return _plan_occurrence(decoded, catalog, payload or b"")
-            matches = catalog.index.match(decoded, self._clock.now())
-        except Exception as exc:  # noqa: BLE001 - whatever breaks classification dead-letters it
-            return classify_failure(exc, payload or b"")
+        matches = classify(payload, self._max_event_bytes, catalog, self._clock.now())
+        if isinstance(matches, Malformed):
+            return matches
+        if not isinstance(matches, list):
+            return _plan_occurrence(matches)
         plan: dict[str, _Planned] = {}
         for match in matches:
             fn = catalog.functions.get(match.function)
@@ -383,12 +373,12 @@ class MessageDispatcher:
             outcome = outcome_name(settlement, bool(plan.invocations), waiting)
             if plan.ended and settlement.acknowledged and not settlement.dead_lettered:
                 outcome = plan.ended
-                self._notify(_ended(ctx, plan))
+                self._notify(ended_event(ctx.message_id, plan.occurrence, plan.ended))
             self._publish(settlement_events(ctx.message_id, settlement, outcome=outcome))
             return self._report(ctx, settlement.acknowledged, outcome)
         leases = {c.field: c.lease_ms for c in request.claims}
         runs = await self._attempt_all(
-            ctx, payload, token=token, leases=_Leases(begun, leases), claimed=to_run, plan=plan
+            ctx, payload, token=token, leases=Leases(begun, leases), claimed=to_run, plan=plan
         )
         return await self._settle(ctx, token, plan, started.statuses, runs)
 
@@ -419,7 +409,7 @@ class MessageDispatcher:
         payload: bytes,
         *,
         token: str,
-        leases: _Leases,
+        leases: Leases,
         claimed: list[ClaimStatus],
         plan: _Plan,
     ) -> list[_Run]:
@@ -427,7 +417,16 @@ class MessageDispatcher:
         runs: list[_Run] = []
         try:
             for status in claimed:
-                lease = _Lease(self, ctx, token, status, leases)
+                lease = Lease(
+                    renew=self._ledger.renew,
+                    clock=self._clock,
+                    notify=self._notify,
+                    grace_ms=self._grace_ms,
+                    ctx=ctx,
+                    token=token,
+                    status=status,
+                    leases=leases,
+                )
                 runs.append(
                     await self._attempt(ctx, payload, by_field[status.field], status, lease)
                 )
@@ -438,6 +437,7 @@ class MessageDispatcher:
                 runs.append(_released(ctx, by_field[status.field], status, "shutdown"))
             with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _CLEANUP_S):
                 await self._finish(ctx, self._finish_request(ctx, token, runs, plan))
+            self._record_breakers(ctx, plan, runs, None)
             raise
         return runs
 
@@ -447,14 +447,20 @@ class MessageDispatcher:
         payload: bytes,
         planned: _Planned,
         status: ClaimStatus,
-        lease: _Lease,
+        lease: Lease,
     ) -> _Run:
         fn, handler, attempt = planned.function, planned.rule.handler, status.attempt
         timeout_ns = clamp_timeout_ns(planned.rule.timeout_ns)
         with log_context(function=fn, handler=handler, attempt=attempt):
             try:
                 async with self._slots.acquire(fn):
-                    result = await self._invoke(ctx, payload, planned, lease.guard(timeout_ns))
+                    # Asked only once a slot is held: invocations queued for the slot
+                    # when the breaker opens must not all run against a dead downstream.
+                    if not self._admitted(ctx, planned):
+                        return _released(ctx, planned, status, "breaker_open")
+                    result = await self._invoke(
+                        ctx, payload, planned, lease.guard(timeout_ns), attempt
+                    )
             except SlotUnavailable:
                 return _released(ctx, planned, status, "slot_unavailable")
             except LeaseLost as exc:
@@ -467,10 +473,18 @@ class MessageDispatcher:
         report = AttemptReport(
             field=planned.field, attempt=attempt, transition=transition, error=error
         )
-        return _Run(report, (_result_event(ctx, planned, attempt, result, transition),))
+        event = result_event(
+            function=fn,
+            handler=handler,
+            message_id=ctx.message_id,
+            attempt=attempt,
+            result=result,
+            transition=transition,
+        )
+        return _Run(report, (event,))
 
     async def _invoke(
-        self, ctx: MessageContext, payload: bytes, planned: _Planned, guard: Any
+        self, ctx: MessageContext, payload: bytes, planned: _Planned, guard: Any, attempt: int
     ) -> InvocationResult:
         fn, handler = planned.function, planned.rule.handler
         try:
@@ -482,6 +496,11 @@ class MessageDispatcher:
                 env=env,
                 timeout_ns=clamp_timeout_ns(planned.rule.timeout_ns),
                 context=ctx.message_id,
+                handler_context=HandlerContext(
+                    message_id=ctx.message_id,
+                    attempt=attempt,
+                    occurrence_id=planned.occurrence_id,
+                ),
             )
             return await self._runtime.invoke(request, guard=guard)
         except LeaseLost:
@@ -524,14 +543,21 @@ class MessageDispatcher:
         # completes even if this task is cancelled meanwhile (the port's promise).
         settled = await self._finish(ctx, self._finish_request(ctx, token, runs, plan))
         if settled is None:
+            self._record_breakers(ctx, plan, runs, None)
             for run in runs:
                 self._publish(run.events)
             return self._kept(ctx, "finish_failed")
         rejected = set(settled.rejected)
+        self._record_breakers(ctx, plan, runs, rejected)
         by_field = {p.field: p for p in plan.invocations}
         for run in runs:
             if run.report.field in rejected:
-                self._notify(_fenced(ctx, by_field[run.report.field], run.report.attempt))
+                planned = by_field[run.report.field]
+                self._notify(
+                    fenced_event(
+                        ctx.message_id, planned.function, planned.rule.handler, run.report.attempt
+                    )
+                )
             else:
                 # Published only now: a result the ledger rejected never counted, and
                 # an operator must not read a success (or a retry) that did not happen.
@@ -574,10 +600,29 @@ class MessageDispatcher:
         self._publish(settlement_events(ctx.message_id, settlement, outcome="malformed"))
         return self._report(ctx, settlement.acknowledged, "malformed")
 
-    # --- lease renewal (used by _Lease) ---------------------------------------------
+    def _admitted(self, ctx: MessageContext, planned: _Planned) -> bool:
+        if self._breakers is None:
+            return True
+        key = _breaker_key(ctx, planned)
+        return self._breakers.admit(planned.function, planned.template.breaker, key)
 
-    async def renew(self, request: RenewRequest) -> int:
-        return await self._ledger.renew(request)
+    def _record_breakers(
+        self, ctx: MessageContext, plan: _Plan, runs: list[_Run], rejected: set[str] | None
+    ) -> None:
+        """Each run's result, once the ledger answered, to its function's breaker: a
+        result it rejected (fenced) or never received (``rejected`` None) counts as none."""
+        breakers = self._breakers
+        if breakers is None or not (
+            breakers.holding or any(p.template.breaker is not None for p in plan.invocations)
+        ):
+            return  # the usual case: no breaker involved, nothing to tell
+        by_field = {p.field: p for p in plan.invocations}
+        for run in runs:
+            planned = by_field[run.report.field]
+            counts = rejected is not None and planned.field not in rejected
+            ok = counted_result(run.report.transition) if counts else None
+            key = _breaker_key(ctx, planned)
+            breakers.record(planned.function, planned.template.breaker, key, ok)
 
     def _kept(self, ctx: MessageContext, reason: str) -> MessageReport:
         self._notify(MessageKeptPending(message_id=ctx.message_id, reason=reason))
@@ -588,97 +633,18 @@ class MessageDispatcher:
         return MessageReport(message_id=ctx.message_id, acknowledged=acked, outcome=outcome)
 
 
-class _Leases(msgspec.Struct, frozen=True):
-    """The leases one ``begin`` asked for, and when (local monotonic) it was sent."""
-
-    since: float
-    lease_ms: Mapping[str, int]
-
-
-class _Lease:
-    """One claim's lease as this worker sees it: ``lease_ms`` from (no later than)
-    ``since`` on the local monotonic clock. Measured from before the ``begin`` was
-    sent, the estimate is never longer than the ledger's real deadline."""
-
-    def __init__(
-        self,
-        dispatcher: MessageDispatcher,
-        ctx: MessageContext,
-        token: str,
-        status: ClaimStatus,
-        leases: _Leases,
-    ) -> None:
-        self._dispatcher = dispatcher
-        self._ctx = ctx
-        self._token = token
-        self._status = status
-        self._since = leases.since
-        self._lease_ms = leases.lease_ms.get(status.field, 0)
-
-    def guard(self, timeout_ns: int) -> Callable[[], Any]:
-        """What the runtime awaits right before the handler starts: make sure the
-        claim outlives the handler's timeout plus the grace, or raise LeaseLost."""
-
-        async def cover() -> None:
-            await self._cover(timeout_ns)
-
-        return cover
-
-    async def _cover(self, timeout_ns: int) -> None:
-        d = self._dispatcher
-        need_ms = timeout_ns // 1_000_000 + d._grace_ms
-        elapsed_ms = int((d._clock.monotonic() - self._since) * 1000)
-        status, ctx = self._status, self._ctx
-        function, handler = split_field(status.field)
-        remaining_ms = self._lease_ms - elapsed_ms
-        if remaining_ms < need_ms:
-            asked = d._clock.monotonic()
-            request = RenewRequest(
-                context=ctx,
-                token=self._token,
-                field=status.field,
-                attempt=status.attempt,
-                lease_ms=need_ms,
-            )
-            try:
-                until = await d.renew(request)
-            except DependencyUnavailable as exc:
-                raise LeaseLost("lease_unrenewable", str(exc)) from exc
-            if until == 0:
-                raise LeaseLost("lease_lost", "the claim was taken over before the handler ran")
-            self._since, self._lease_ms = asked, need_ms
-            d._notify(
-                LeaseRenewed(
-                    function=function,
-                    handler=handler,
-                    message_id=ctx.message_id,
-                    attempt=status.attempt,
-                    remaining_ms=max(0, remaining_ms),
-                    lease_ms=need_ms,
-                )
-            )
-        d._notify(
-            InvocationStarted(
-                function=function,
-                handler=handler,
-                message_id=ctx.message_id,
-                attempt=status.attempt,
-            )
-        )
-
-
-def _plan_occurrence(event: dict[str, Any], catalog: Catalog, payload: bytes) -> _Plan | Malformed:
+def _plan_occurrence(found: Occurrence) -> _Plan:
     """An occurrence plans exactly its schedule's handler (see
     :mod:`relay.application.occurrence_plan`)."""
-    match plan_occurrence(event, catalog):
-        case InvalidOccurrence(reason):
-            return Malformed(reason, payload.decode("utf-8", "replace"))
+    match found:
         case OccurrenceWait(occurrence):
             return _Plan(invocations=(), functions=(), occurrence=occurrence, waiting=True)
         case OccurrenceGone(occurrence):
             return _Plan(invocations=(), functions=(), occurrence=occurrence, ended="obsolete")
         case OccurrenceRun(occurrence, fn, rule):
-            planned = _Planned(occurrence.field, fn.name, rule, fn.template, fn.ready)
+            planned = _Planned(
+                occurrence.field, fn.name, rule, fn.template, fn.ready, occurrence.occurrence_id
+            )
             return _Plan(
                 invocations=(planned,),
                 functions=(),
@@ -686,31 +652,11 @@ def _plan_occurrence(event: dict[str, Any], catalog: Catalog, payload: bytes) ->
                 handler_input=schedule.handler_payload(occurrence),
                 skip_overlap=rule.overlap == "skip",
             )
-    raise AssertionError(event)
+    raise AssertionError(found)
 
 
-def _ended(ctx: MessageContext, plan: _Plan) -> DomainEvent:
-    """An occurrence acknowledged without a run: obsolete, or skipped (overlap)."""
-    occurrence = plan.occurrence
-    assert occurrence is not None
-    kind = OccurrenceSkipped if plan.ended == "skipped" else OccurrenceObsolete
-    return kind(
-        function=occurrence.function,
-        handler=occurrence.handler,
-        message_id=ctx.message_id,
-        occurrence_id=occurrence.occurrence_id,
-    )
-
-
-def _fenced(ctx: MessageContext, planned: _Planned, attempt: int) -> InvocationFenced:
-    """A result the ledger rejected: this claim expired and a newer attempt holds
-    the invocation. The result itself is not published; this says it did not count."""
-    return InvocationFenced(
-        function=planned.function,
-        handler=planned.rule.handler,
-        message_id=ctx.message_id,
-        attempt=attempt,
-    )
+def _breaker_key(ctx: MessageContext, planned: _Planned) -> str:
+    return f"{ctx.message_id}/{planned.field}"
 
 
 def _released(ctx: MessageContext, planned: _Planned, status: ClaimStatus, reason: str) -> _Run:
@@ -724,29 +670,3 @@ def _released(ctx: MessageContext, planned: _Planned, status: ClaimStatus, reaso
         reason=reason,
     )
     return _Run(report, (deferred,))
-
-
-def _result_event(
-    ctx: MessageContext,
-    planned: _Planned,
-    attempt: int,
-    result: InvocationResult,
-    transition: Transition,
-) -> DomainEvent:
-    common: dict[str, Any] = {
-        "function": planned.function,
-        "handler": planned.rule.handler,
-        "message_id": ctx.message_id,
-        "attempt": attempt,
-        "duration_s": result.duration_s,
-    }
-    if isinstance(transition, Complete):
-        return InvocationSucceeded(**common)
-    if isinstance(transition, Retry):
-        return InvocationFailed(
-            **common,
-            error=result.error,
-            exit_code=result.exit_code,
-            retry_in_s=transition.backoff_ms / 1000,
-        )
-    return InvocationExhausted(**common, error=result.error, exit_code=result.exit_code)

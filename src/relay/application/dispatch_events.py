@@ -9,11 +9,17 @@ from __future__ import annotations
 from relay.domain.events import (
     DeadLetterWriteFailed,
     InvocationExhausted,
+    InvocationFailed,
+    InvocationFenced,
+    InvocationSucceeded,
     MessageAcknowledged,
     MessageDeadLettered,
     MessageKeptPending,
+    OccurrenceObsolete,
+    OccurrenceSkipped,
 )
-from relay.domain.invocation import Release, Retry, expired_detail
+from relay.domain.execution import InvocationResult
+from relay.domain.invocation import Complete, Release, Retry, Transition, expired_detail
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import (
     BACKOFF,
@@ -24,6 +30,7 @@ from relay.domain.outcome import (
     Settlement,
     split_field,
 )
+from relay.domain.schedule import Envelope
 
 
 def newly_exhausted_events(message_id: str, statuses: tuple[ClaimStatus, ...]) -> list[DomainEvent]:
@@ -102,3 +109,63 @@ def settlement_events(
     else:
         events.append(MessageKeptPending(message_id=message_id, reason=outcome))
     return events
+
+
+def ended_event(message_id: str, occurrence: Envelope | None, ended: str) -> DomainEvent:
+    """An occurrence acknowledged without a run: obsolete, or skipped (overlap)."""
+    assert occurrence is not None
+    kind = OccurrenceSkipped if ended == "skipped" else OccurrenceObsolete
+    return kind(
+        function=occurrence.function,
+        handler=occurrence.handler,
+        message_id=message_id,
+        occurrence_id=occurrence.occurrence_id,
+    )
+
+
+def fenced_event(message_id: str, function: str, handler: str, attempt: int) -> InvocationFenced:
+    """A result the ledger rejected: this claim expired and a newer attempt holds
+    the invocation. The result itself is not published; this says it did not count."""
+    return InvocationFenced(
+        function=function, handler=handler, message_id=message_id, attempt=attempt
+    )
+
+
+def result_event(
+    *,
+    function: str,
+    handler: str,
+    message_id: str,
+    attempt: int,
+    result: InvocationResult,
+    transition: Transition,
+) -> DomainEvent:
+    """What one attempt's result means: succeeded, failed (a retry comes) or exhausted."""
+    if isinstance(transition, Complete):
+        return InvocationSucceeded(
+            function=function,
+            handler=handler,
+            message_id=message_id,
+            attempt=attempt,
+            duration_s=result.duration_s,
+        )
+    if isinstance(transition, Retry):
+        return InvocationFailed(
+            function=function,
+            handler=handler,
+            message_id=message_id,
+            attempt=attempt,
+            duration_s=result.duration_s,
+            error=result.error,
+            exit_code=result.exit_code,
+            retry_in_s=transition.backoff_ms / 1000,
+        )
+    return InvocationExhausted(
+        function=function,
+        handler=handler,
+        message_id=message_id,
+        attempt=attempt,
+        duration_s=result.duration_s,
+        error=result.error,
+        exit_code=result.exit_code,
+    )

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from relay.application.ports import SecretStore
 from relay.domain.errors import RelayError
 from relay.domain.execution import SecretNotFound
+from relay.domain.names import RESERVED_ENV_NAMES
 
-RESERVED_NAMES = frozenset({"RELAY_HANDLER"})
+RESERVED_NAMES = RESERVED_ENV_NAMES
 
 
 class MissingSecret(RelayError):
@@ -24,7 +25,8 @@ def resolve_environment(
 
     Called immediately before each invocation, so a rotated secret is seen by the
     next one. Raises ``MissingSecret`` naming the variable and the reference
-    (never a value). ``RELAY_HANDLER`` is Relay's and is never taken from here.
+    (never a value). ``RELAY_HANDLER`` and the invocation context's variables
+    are Relay's and are never taken from here.
     """
     env = {name: value for name, value in template_env.items() if name not in RESERVED_NAMES}
     for variable, reference in secret_refs.items():

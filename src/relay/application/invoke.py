@@ -17,7 +17,14 @@ import structlog
 
 from relay.application.bus import Outcome
 from relay.application.environment import resolve_environment
-from relay.application.ports import CatalogSource, Clock, Invoker, SecretStore, SlotPool
+from relay.application.ports import (
+    CatalogSource,
+    Clock,
+    Invoker,
+    SecretStore,
+    SlotPool,
+    TokenSource,
+)
 from relay.domain.commands import InvokeFunction
 from relay.domain.errors import RelayError
 from relay.domain.events import HandlerInvoked
@@ -28,11 +35,15 @@ from relay.domain.execution import (
     crashed,
     failure_message,
 )
+from relay.domain.handler_context import HandlerContext
 from relay.domain.template import EventRule, Template
 
 _log = structlog.get_logger(__name__)
 
 INVOKE_CONTEXT = "invoke"  # prefixes the handler's forwarded output lines
+# RELAY_MESSAGE_ID of an invoke: never a stream id's shape (<ms>-<seq>), so a
+# handler keyed by message id never mistakes it for a delivered message
+INVOKE_MESSAGE_PREFIX = "invoke-"
 
 
 class FunctionNotFound(RelayError):
@@ -63,12 +74,14 @@ class FunctionInvoker:
         slots: SlotPool,
         secrets: SecretStore,
         clock: Clock,
+        tokens: TokenSource,
     ) -> None:
         self._registry = registry
         self._runtime = runtime
         self._slots = slots
         self._secrets = secrets
         self._clock = clock
+        self._tokens = tokens
 
     async def __call__(self, command: InvokeFunction) -> Outcome[InvokeSummary]:
         name = command.function
@@ -78,8 +91,10 @@ class FunctionInvoker:
         payload = msgspec.json.encode(command.event)
         events: list[HandlerInvoked] = []
         first_error = ""
+        # one made-up message per command: its handlers share it, as a message's do
+        context = HandlerContext(message_id=INVOKE_MESSAGE_PREFIX + self._tokens.token())
         for rule in rules:
-            result = await self._run(name, template, rule, payload)
+            result = await self._run(name, template, rule, payload, context)
             events.append(
                 HandlerInvoked(
                     function=name,
@@ -97,7 +112,12 @@ class FunctionInvoker:
         return Outcome(summary, events)
 
     async def _run(
-        self, name: str, template: Template, rule: EventRule, payload: bytes
+        self,
+        name: str,
+        template: Template,
+        rule: EventRule,
+        payload: bytes,
+        context: HandlerContext,
     ) -> InvocationResult:
         started = time.monotonic()
         try:
@@ -112,6 +132,7 @@ class FunctionInvoker:
                     event=payload,
                     timeout_ns=clamp_timeout_ns(rule.timeout_ns),
                     context=INVOKE_CONTEXT,
+                    handler_context=context,
                 ),
             )
         except RelayError as exc:  # no slot, a missing secret, the runtime refused

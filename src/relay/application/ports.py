@@ -7,10 +7,10 @@ role (``RedisEventStream``); in-memory fakes for unit tests live in
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from relay.domain.execution import InvocationRequest, InvocationResult, PoolSnapshot
 from relay.domain.functions import BuildTemplate, FunctionImage
@@ -29,6 +29,9 @@ from relay.domain.schedule import Envelope
 from relay.domain.services import DesiredService, ObservedReplica, ResolvedImage
 from relay.domain.stats import StatsSnapshot
 from relay.domain.template import ServiceSpec, Template
+
+if TYPE_CHECKING:
+    from relay.application.dry_run import SampledEntry
 
 # --- time and randomness ---------------------------------------------------------
 # Awaited by the runtime right before a handler starts (see ContainerRuntime.invoke).
@@ -353,7 +356,8 @@ class Invoker(Protocol):
 class OccurrencePublisher(Protocol):
     """Publish-if-new of schedule occurrences into the event stream.
 
-    Implemented by ``relay.adapters.redis.schedules.RedisOccurrencePublisher``.
+    Implemented by ``relay.adapters.redis.schedules.RedisOccurrencePublisher`` and
+    ``relay.adapters.sqlite.broker.schedules.SqliteOccurrencePublisher``.
     """
 
     async def publish(self, occurrence: Envelope) -> str | None:
@@ -367,11 +371,34 @@ class OccurrencePublisher(Protocol):
 class OccurrenceHistory(Protocol):
     """What the overlap policy asks the broker (``overlap: skip``).
 
-    Implemented by ``relay.adapters.redis.schedules.RedisOccurrenceHistory``.
+    Implemented by ``relay.adapters.redis.schedules.RedisOccurrenceHistory`` and
+    ``relay.adapters.sqlite.broker.schedules.SqliteOccurrenceHistory``.
     """
 
     async def unfinished_before(self, prefix: str, message_id: str) -> bool:
         """Whether an entry older than ``message_id`` is still pending in the group
         (not terminal) and is an occurrence whose id starts with ``prefix``.
         Raises ``DependencyUnavailable``."""
+        ...
+
+
+# --- dry runs -----------------------------------------------------------------------
+class StreamSample(Protocol):
+    """Recent entries of one stream, read without consuming anything (no group read,
+    no claim, no acknowledgement), for ``relay function match --from-stream``.
+
+    Implemented by ``relay.adapters.redis.stream_sample.RedisStreamSample`` and
+    ``relay.adapters.sqlite.broker.sample.SqliteStreamSample``.
+    """
+
+    async def check(self) -> None:
+        """Raise ``StreamNotFound`` when the stream does not exist (one line)."""
+        ...
+
+    async def server_ms(self) -> int:
+        """Now, in ms, on the clock that stamps the entry ids."""
+        ...
+
+    def newest(self, *, since_ms: int | None, limit: int) -> AsyncIterator[SampledEntry]:
+        """Up to ``limit`` entries, newest first, none older than ``since_ms``."""
         ...

@@ -34,6 +34,7 @@ from relay.domain.execution import (
     clamp_timeout_ns,
     failure_message,
 )
+from relay.domain.handler_context import HandlerContext
 from relay.domain.outcome import PLACEHOLDER, DeadLetterEntry
 from relay.domain.template import EventRule, ScheduleRule, Template
 
@@ -118,6 +119,7 @@ class DeadLetterReplayer:
                 env={},
                 timeout_ns=timeout_ns,
                 context=REPLAY_CONTEXT,
+                handler_context=replay_context(entry),
             ),
         )
         duration = time.monotonic() - started
@@ -177,6 +179,18 @@ def _occurrence(entry: DeadLetterEntry) -> schedule.Envelope | None:
     if not isinstance(parsed, schedule.Envelope):
         return None
     return parsed if (parsed.function, parsed.handler) == (entry.function, entry.handler) else None
+
+
+def replay_context(entry: DeadLetterEntry) -> HandlerContext:
+    """A replay is the original message once more: its id (what an idempotent
+    handler keyed), one attempt past those the entry records, and for an
+    occurrence its id."""
+    occurrence = _occurrence(entry)
+    return HandlerContext(
+        message_id=entry.original_id,
+        attempt=max(0, entry.handler_attempts) + 1,
+        occurrence_id="" if occurrence is None else occurrence.occurrence_id,
+    )
 
 
 def _handler_input(entry: DeadLetterEntry) -> bytes:

@@ -77,3 +77,18 @@ class DispatchMessage(Command, frozen=True, kw_only=True):
     then acknowledge it, dead-letter it first, or leave it pending."""
 
     message: StreamMessage
+
+
+# --- circuit breaker (control socket) ------------------------------------------------
+class GetBreaker(Command, frozen=True, kw_only=True):
+    """Return ``function``'s breaker on this worker (``relay function inspect``)."""
+
+    function: str
+
+
+class ForceBreaker(Command, frozen=True, kw_only=True):
+    """``relay function breaker open|close``: force ``function``'s breaker ``state``
+    (``open`` or ``closed``) on the live worker."""
+
+    function: str
+    state: str

@@ -230,8 +230,8 @@ class InvocationExhausted(DomainEvent, frozen=True, kw_only=True):
 
 class InvocationDeferred(DomainEvent, frozen=True, kw_only=True):
     """A claimed invocation was released without running (``reason``:
-    ``slot_unavailable``, ``shutdown``, ``lease_lost`` or ``lease_unrenewable``);
-    no attempt charged."""
+    ``slot_unavailable``, ``shutdown``, ``lease_lost``, ``lease_unrenewable`` or
+    ``breaker_open``); no attempt charged."""
 
     function: str
     handler: str
@@ -424,3 +424,30 @@ class OccurrenceSkipped(DomainEvent, frozen=True, kw_only=True):
     handler: str
     message_id: str
     occurrence_id: str
+
+
+# --- circuit breaker (observed by metrics and logs) ---------------------------------
+class BreakerOpened(DomainEvent, frozen=True, kw_only=True):
+    """``function``'s breaker opened on this worker: its invocations are held (not
+    run, not charged) for ``cooldown_s`` (``cause``: ``failures``, ``probe_failed``
+    or ``forced``, the last held until forced closed)."""
+
+    function: str
+    cause: str
+    failures: int
+    cooldown_s: float
+
+
+class BreakerHalfOpened(DomainEvent, frozen=True, kw_only=True):
+    """The cooldown passed: one probe invocation of ``function`` runs, others wait."""
+
+    function: str
+    message_id: str
+
+
+class BreakerClosed(DomainEvent, frozen=True, kw_only=True):
+    """``function``'s breaker closed (``cause``: ``probe_succeeded``, ``forced`` or
+    ``disabled``, the template no longer has one): everything runs again."""
+
+    function: str
+    cause: str

@@ -12,6 +12,7 @@ from typing import Final
 import msgspec
 
 from relay.domain.errors import RelayError
+from relay.domain.handler_context import HandlerContext
 
 # Why a container was discarded instead of returned to the warm pool. A closed
 # set: these are the only values of the ``reason`` metric label.
@@ -78,8 +79,10 @@ class InvocationRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     ``event`` is the event's JSON text. ``env`` is the full per-invocation
     environment (template env plus resolved secrets; the runtime adds
-    ``RELAY_HANDLER``). ``context`` is the message or event id used to prefix
-    forwarded output lines; it may be empty.
+    ``RELAY_HANDLER`` and ``RELAY_DEADLINE``). ``context`` is the message or
+    event id used to prefix forwarded output lines; it may be empty.
+    ``handler_context`` becomes the handler's other ``RELAY_*`` variables
+    (:mod:`relay.domain.handler_context`).
     """
 
     function: str
@@ -88,6 +91,7 @@ class InvocationRequest(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     timeout_ns: int = DEFAULT_TIMEOUT_NS
     context: str = ""
+    handler_context: HandlerContext | None = None
 
 
 class InvocationResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -10,10 +10,11 @@ import json
 import re
 
 from relay.domain.errors import InvalidNameError
+from relay.domain.handler_context import CONTEXT_ENV_NAMES
 
 MAX_FUNCTION_NAME = 63
 MAX_SECRET_NAME = 63
-RESERVED_ENV_NAMES = frozenset({"RELAY_HANDLER"})
+RESERVED_ENV_NAMES = CONTEXT_ENV_NAMES  # RELAY_HANDLER and the invocation context
 
 _FUNCTION_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _SECRET_NAME = re.compile(r"[a-z0-9._-]+")

@@ -15,9 +15,11 @@ import msgspec
 
 from relay.domain import template_rules as rules
 from relay.domain import template_services
+from relay.domain.breaker import BreakerPolicy
 from relay.domain.durations import HOUR, MINUTE, SECOND
 from relay.domain.errors import TemplateError
 from relay.domain.patterns import CompiledPattern
+from relay.domain.template_breaker import breaker as breaker_policy
 
 MAX_TIMEOUT_NS = 5 * MINUTE
 DEFAULT_TIMEOUT_NS = 6 * SECOND
@@ -26,7 +28,9 @@ DEFAULT_CONCURRENCY = 2
 DEFAULT_PORT = 80
 DEFAULT_REPLICAS = 1
 SUPPORTED_RUNTIMES = ("python3.14", "node24")
-TOP_LEVEL_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secrets", "services")
+TOP_LEVEL_KEYS = (
+    "runtime", "concurrency", "events", "schedules", "env", "secrets", "services", "breaker",
+)
 
 ServiceKind = Literal["entrypoint", "build", "image"]
 Overlap = Literal["allow", "skip"]
@@ -106,6 +110,7 @@ class Template(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     secrets: dict[str, str] = msgspec.field(default_factory=dict)
     services: tuple[ServiceSpec, ...] = ()
+    breaker: BreakerPolicy | None = None  # off by default
 
     @property
     def needs_runtime(self) -> bool:
@@ -130,6 +135,7 @@ def parse_template(data: object) -> Template:
     schedules = _schedules(data.get("schedules"), runtime, problems)
     env, secrets = rules.env_and_secrets(data.get("env"), data.get("secrets"), problems)
     services = _services(data.get("services"), runtime, problems)
+    breaker = breaker_policy(data.get("breaker", rules.MISSING), problems)
     template = Template(
         runtime=runtime,
         concurrency=concurrency,
@@ -138,6 +144,7 @@ def parse_template(data: object) -> Template:
         env=env,
         secrets=secrets,
         services=services,
+        breaker=breaker,
     )
     if "runtime" not in data and _needs_runtime(data):
         problems.append(

@@ -130,6 +130,8 @@ class Settings:
     redis: RedisSettings
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     stream_retention_ns: int | None = None
+    dlq_retention_ns: int | None = None
+    """``DLQ_RETENTION``: dead letters older than this are deleted; ``None`` keeps all."""
     ledger_retention_ns: int = LEDGER_RETENTION_NS
     metrics_addr: ListenAddress | None = None
     git_webhook_addr: ListenAddress | None = None
@@ -198,6 +200,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         broker=broker,
         stream_retention_ns=c.parse(
             "REDIS_STREAM_RETENTION", positive_duration, None, "a positive Go duration such as 6h"
+        ),
+        dlq_retention_ns=c.parse(
+            "DLQ_RETENTION", positive_duration, None, "a positive Go duration such as 168h"
         ),
         ledger_retention_ns=c.parse(
             "LEDGER_RETENTION",

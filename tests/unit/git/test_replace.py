@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -211,11 +212,16 @@ def test_a_reader_scanning_during_replaces_never_sees_a_half_written_function(
 
     reader = threading.Thread(target=scan)
     reader.start()
+    flips = 0
     try:
-        for flip in range(20):
-            replace_functions(versions[(flip + 1) % 2], functions)
+        # At least 20 flips, and on until the reader really ran alongside them
+        # (a loaded machine may schedule it late): a condition, not a count of tries.
+        deadline = time.monotonic() + 60
+        while flips < 20 or scans < 5:
+            assert time.monotonic() < deadline, f"the reader scanned {scans} times"
+            flips += 1
+            replace_functions(versions[flips % 2], functions)
     finally:
         stop.set()
         reader.join(timeout=30)
-    assert scans >= 5  # the reader really ran alongside
     assert problems == []

@@ -11,7 +11,12 @@ from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.domain.commands import InvokeFunction
 from relay.domain.execution import InvocationResult
 from relay.domain.template import parse_template
-from tests.fakes import FakeClock, InMemoryContainerRuntime, InMemorySecretStore
+from tests.fakes import (
+    FakeClock,
+    InMemoryContainerRuntime,
+    InMemorySecretStore,
+    SequentialTokens,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +45,7 @@ def setup(*, image: str | None = "relay-fn-users:abc", last_error: str | None = 
     runtime.activate("users", "relay-fn-users:abc", "python3.14", 2)
     invoker = FunctionInvoker(registry=registry, runtime=runtime, slots=Slots(4),
                               secrets=InMemorySecretStore({"api-token": "s3cret"}),
-                              clock=FakeClock())
+                              clock=FakeClock(), tokens=SequentialTokens())
     bus, metrics = MessageBus({InvokeFunction: invoker}), Metrics()
     subscribe(bus, metrics)
     return bus, runtime, metrics

@@ -24,6 +24,8 @@ OPS: Final[dict[str, type[commands.Command]]] = {
     "invoke": commands.InvokeFunction,
     "dlq_replay": commands.ReplayDeadLetter,
     "health": commands.GetHealth,
+    "breaker_state": commands.GetBreaker,
+    "breaker_force": commands.ForceBreaker,
 }
 
 

@@ -31,6 +31,7 @@ from relay.adapters.docker.bootstraps import (
 from relay.adapters.docker.direct import DirectLink, DirectSocket, DirectSockets
 from relay.adapters.docker.lines import LineBuffer, ProtocolError, StderrReader
 from relay.domain.execution import InvocationRequest
+from relay.domain.handler_context import invocation_env
 
 log = structlog.get_logger(__name__)
 
@@ -185,7 +186,11 @@ class ExecutionContainer:
         self._request, self._prefix = request, ""  # the prefix is made on first use
         nonce = _nonces.next()
         env = dict(request.env)
-        env["RELAY_HANDLER"] = request.handler
+        # per invocation, so in the request (the container is reused): the
+        # deadline counts from now, just before the request leaves
+        env.update(
+            invocation_env(request.handler, request.handler_context, time.time() + timeout_s)
+        )
         frame = {
             "id": nonce,
             "handler": request.handler,

@@ -2,7 +2,8 @@
 
 The delivery loop appends one flat entry per exhausted invocation (and one with
 ``-`` placeholders per malformed message). Operators list, inspect, remove and
-replay those entries; this module reads and deletes them. It never writes one.
+replay those entries; this module reads and deletes them (and trims them for
+``DLQ_RETENTION``). It never writes one.
 """
 
 from __future__ import annotations
@@ -146,6 +147,18 @@ class RedisDeadLetterReader(PagedEntries):
         """Delete the entry if it is still there; ``True`` when this call removed it."""
         normalised = parse_entry_id(entry_id)
         return int(await self._call(self._redis.xdel(self._key, normalised))) == 1
+
+    async def trim_before(self, cutoff_ms: int) -> int:
+        """Delete every entry written before ``cutoff_ms`` (``DLQ_RETENTION``).
+
+        Exact, not ``~``: no group reads this stream, and an operator checking
+        the window expects nothing older to be left.
+        """
+        return int(
+            await self._call(
+                self._redis.xtrim(self._key, minid=f"{max(0, cutoff_ms)}-0", approximate=False)
+            )
+        )
 
     async def _call(self, awaitable: Any) -> Any:
         try:

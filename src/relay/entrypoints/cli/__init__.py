@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from relay.entrypoints.cli import dlq, function, git, publish, schedule, secret, stats, system
+from relay.entrypoints.cli.help_format import RelayGroup
 
 app = typer.Typer(
     name="relay",
@@ -16,8 +17,12 @@ app = typer.Typer(
         " or the embedded broker."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    # `relay --install-completion` / `--show-completion` (bash, zsh, fish, powershell)
+    add_completion=True,
     pretty_exceptions_enable=False,
+    # Plain help: rich help prints a Python type beside every parameter (see help_format).
+    rich_markup_mode=None,
+    cls=RelayGroup,
 )
 
 

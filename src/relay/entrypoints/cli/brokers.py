@@ -7,12 +7,14 @@ otherwise Redis (``REDIS_URI``, ``REDIS_STREAM``), exactly as before.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
 
 from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
 from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
@@ -70,3 +72,86 @@ def with_dead_letters(
         return anyio.run(run)
     except RelayError as exc:
         fail(str(exc))
+
+
+# --- the configured stream and group must exist -------------------------------------
+# A read command pointed at a stream or group that does not exist would otherwise
+# print an empty answer ("no dead letters", "not pending") that looks like good news.
+
+
+async def redis_target_problem(redis: Redis, stream: str, group: str | None) -> str | None:
+    """Why ``stream`` (and ``group``, when given) cannot be read on this server, or
+    ``None`` when both exist. One line naming the variable to fix; never the URL."""
+    try:
+        groups: Any = await redis.xinfo_groups(stream)
+    except ResponseError as exc:
+        if "no such key" in str(exc).lower():
+            return f"stream {stream!r} does not exist (REDIS_STREAM names it)"
+        if "wrongtype" in str(exc).lower():
+            return f"key {stream!r} is not a stream (REDIS_STREAM names it)"
+        raise DependencyUnavailable(f"cannot read stream {stream!r}: {exc}") from exc
+    except (RedisError, OSError) as exc:
+        raise DependencyUnavailable(f"cannot read from Redis: {exc}") from exc
+    if group is None:
+        return None
+    names = sorted(_text(g.get("name", "")) for g in groups)
+    if group in names:
+        return None
+    known = f"its groups: {', '.join(names)}" if names else "it has no consumer groups"
+    return f"group {group!r} does not exist on stream {stream!r} (REDIS_GROUP names it; {known})"
+
+
+async def sqlite_target_problem(store: BrokerStore, stream: str) -> str | None:
+    """The embedded broker has one group per file, so only the stream can be wrong:
+    a file that holds jobs or dead letters of other streams only."""
+
+    def streams(c: sqlite3.Connection) -> list[str]:
+        # the usual answer (the stream is there) is one index lookup; the list of
+        # what the file holds is only read for the error line
+        if c.execute("SELECT 1 FROM jobs WHERE stream = ? LIMIT 1", (stream,)).fetchone():
+            return []
+        rows = c.execute(
+            "SELECT stream FROM jobs UNION SELECT original_stream FROM dlq ORDER BY 1 LIMIT 20"
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    found = await store.read(streams)
+    if not found or stream in found:
+        return None
+    return (
+        f"stream {stream!r} has no entries in the broker file {store.path} "
+        f"(REDIS_STREAM names it; the file holds: {', '.join(found)})"
+    )
+
+
+def require_stream(
+    settings: tuple[BrokerSettings, RedisSettings], *, group: bool = False
+) -> None:
+    """Exit 1 with one line unless the configured stream (and, with ``group``, the
+    consumer group) exists on the selected broker. ``relay trace`` and
+    ``relay dlq ls`` call this before answering, so a typo in ``REDIS_STREAM`` or
+    ``REDIS_GROUP`` is an error, never an empty answer."""
+    broker, redis_settings = settings
+
+    async def run() -> str | None:
+        if broker.embedded:
+            async with open_store(broker, create=False) as store:
+                return await sqlite_target_problem(store, redis_settings.stream)
+        redis = Redis.from_url(redis_settings.url, socket_connect_timeout=5, socket_timeout=10)
+        try:
+            return await redis_target_problem(
+                redis, redis_settings.stream, redis_settings.group if group else None
+            )
+        finally:
+            await redis.aclose()
+
+    try:
+        problem = anyio.run(run)
+    except RelayError as exc:
+        fail(str(exc))
+    if problem is not None:
+        fail(problem)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -9,6 +9,8 @@ import typer
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C (128 + SIGINT, as shells report it); what was done is printed."""
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:

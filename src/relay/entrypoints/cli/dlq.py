@@ -4,7 +4,11 @@
 ``--oldest-first`` reverses it);
 ``inspect`` shows one entry and its original event; ``rm`` deletes exactly one
 entry; ``replay`` re-runs the entry's recorded handler on the running worker and
-the entry is deleted only once that handler succeeded.
+the entry is deleted only once that handler succeeded. ``ls``, ``rm`` and
+``replay`` also take the selection flags (:mod:`relay.entrypoints.cli.dlq_select`):
+bulk ``rm`` asks before deleting unless ``--yes``; bulk ``replay`` needs
+``--function`` and is paced by ``--rate`` (:mod:`relay.entrypoints.cli.dlq_bulk_replay`).
+``ls --json`` and ``inspect --json`` print ``relay.dlq.ls/1`` / ``relay.dlq.inspect/1``.
 
 Settings come from the environment: ``REDIS_URI`` and ``REDIS_STREAM`` (and
 ``REDIS_GROUP`` for ``replay``), read by :mod:`relay.entrypoints.config`; with
@@ -15,22 +19,36 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import typer
 
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
 from relay.adapters.redis.dlq_reader import StoredDeadLetter
+from relay.domain.dlq_selection import DEFAULT_RATE
 from relay.entrypoints.cli.brokers import DeadLetters, broker_settings, with_dead_letters
-from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
+from relay.entrypoints.cli.dlq_bulk_replay import REPLAY_TIMEOUT_S, replay_selection
+from relay.entrypoints.cli.dlq_select import (
+    FunctionOpt,
+    HandlerOpt,
+    LimitOpt,
+    ReasonOpt,
+    Selected,
+    SinceOpt,
+    UntilOpt,
+    check_function_known,
+    discard_all,
+    select,
+    selection,
+)
+from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import BrokerSettings, RedisSettings, load_paths
 
 T = TypeVar("T")
-
-REPLAY_TIMEOUT_S = 360.0
-"""Longer than the largest handler timeout (5m) plus a container start."""
 
 app = typer.Typer(
     help="List, inspect, replay and remove dead-lettered entries.", no_args_is_help=True
@@ -50,24 +68,48 @@ def _with_reader(settings: Settings, action: Callable[[DeadLetters], Awaitable[T
 
 @app.command("ls")
 def ls(
-    limit: int = typer.Option(100, help="Show at most this many entries; 0 shows all."),
+    *,
+    function: FunctionOpt = None,
+    handler: HandlerOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    reason: ReasonOpt = None,
+    limit: str = typer.Option("100", help="Show at most this many entries; 0 shows all."),
     oldest_first: bool = typer.Option(False, "--oldest-first", help="List oldest first."),
+    as_json: JsonFlag = False,
 ) -> None:
     """List dead-lettered entries, newest first."""
-
-    async def collect(reader: DeadLetters) -> tuple[list[StoredDeadLetter], int]:
-        rows: list[StoredDeadLetter] = []
-        async for entry in reader.entries(newest_first=not oldest_first):
-            rows.append(entry)
-            if limit and len(rows) >= limit:
-                break
-        return rows, await reader.count()
-
-    rows, total = _with_reader(_settings(), collect)
-    if not rows:
-        out("No dead-lettered entries")
-        return
+    chosen = selection(
+        function=function,
+        handler=handler,
+        since=since,
+        until=until,
+        reason=reason,
+        limit=limit,
+        zero_limit_is_all=True,
+    )
+    settings = _settings()
+    found = _with_reader(settings, lambda r: select(r, chosen, newest_first=not oldest_first))
+    check_function_known(chosen, found)
     now = datetime.now(UTC).timestamp()
+    if as_json:
+        emit_json(
+            "dlq.ls",
+            {
+                "total": found.total,
+                "matched": found.matched,
+                "entries": [entry_json(stored, now=now) for stored in found.entries],
+            },
+        )
+        return
+    _print_table(found, now=now)
+
+
+def _print_table(found: Selected, *, now: float) -> None:
+    rows = found.entries
+    if not rows:
+        out("No dead-lettered entries" + (" match the selection" if found.total else ""))
+        return
     table = [["ID", "ORIGINAL", "FUNCTION", "HANDLER", "ATTEMPTS", "AGE"]]
     for stored in rows:
         e, age = stored.entry, relative_age(now - _written_at(stored))
@@ -77,23 +119,82 @@ def ls(
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     for line in table:
         out("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
-    if total > len(rows):
-        out(f"({len(rows)} of {total} entries shown; use --limit 0 for all)")
+    if found.matched > len(rows):
+        out(f"({len(rows)} of {found.matched} entries shown; use --limit 0 for all)")
+    elif found.total > found.matched:
+        out(f"({len(rows)} of {found.total} entries selected)")
 
 
 @app.command("inspect")
-def inspect_(entry_id: str) -> None:
+def inspect_(entry_id: str, as_json: JsonFlag = False) -> None:
     """Show one entry's metadata and original event."""
     entry = _with_reader(_settings(), lambda reader: reader.get(entry_id))
-    for line in describe(entry, now=datetime.now(UTC).timestamp()):
+    now = datetime.now(UTC).timestamp()
+    if as_json:
+        body = entry_json(entry, now=now)
+        body["event"] = entry.entry.event
+        body["event_json"] = _event_object(entry.entry.event)
+        emit_json("dlq.inspect", body)
+        return
+    for line in describe(entry, now=now):
         out(line)
 
 
 @app.command("rm")
-def rm(entry_id: str) -> None:
-    """Delete exactly one dead-lettered entry."""
-    entry = _with_reader(_settings(), lambda reader: _delete(reader, entry_id))
-    out(f"Removed {entry.id}")
+def rm(
+    entry_id: str | None = typer.Argument(None, help="One entry's id (as 'relay dlq ls' shows)."),
+    *,
+    function: FunctionOpt = None,
+    handler: HandlerOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    before: str | None = typer.Option(
+        None, "--before", help="Only entries written before then: a duration back (7d) or RFC 3339."
+    ),
+    reason: ReasonOpt = None,
+    limit: LimitOpt = None,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Remove without asking."),
+) -> None:
+    """Delete one entry by id, or every entry the selection flags choose (asks first)."""
+    flags = (function, handler, since, until, before, reason, limit)
+    if entry_id is not None:
+        if any(flag is not None for flag in flags):
+            fail("give an entry id or selection flags, not both", EXIT_USAGE)
+        entry = _with_reader(_settings(), lambda reader: _delete(reader, entry_id))
+        out(f"Removed {entry.id}")
+        return
+    chosen = selection(
+        function=function,
+        handler=handler,
+        since=since,
+        until=until,
+        before=before,
+        reason=reason,
+        limit=limit,
+    )
+    if not chosen.narrows:
+        fail("name an entry id, or select entries (--function, --before, ...)", EXIT_USAGE)
+    settings = _settings()
+    found = _with_reader(settings, lambda r: select(r, chosen, newest_first=False))
+    check_function_known(chosen, found)
+    if not found.entries:
+        out(f"No dead-lettered entries match ({chosen.describe()}); nothing removed")
+        return
+    count = len(found.entries)
+    if not yes and not _confirm(f"Remove {count} dead-lettered entries ({chosen.describe()})?"):
+        fail("nothing removed (answer y to remove, or pass --yes)")
+    ids = [stored.id for stored in found.entries]
+    removed = _with_reader(settings, lambda reader: discard_all(reader, ids))
+    gone = count - removed
+    suffix = f" ({gone} were already gone)" if gone else ""
+    out(f"Removed {removed} entries{suffix}")
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():  # piped: one line answers; a closed stdin is "no"
+        typer.echo(f"{question} [y/N]: ", err=True, nl=False)
+        return sys.stdin.readline().strip().lower() in {"y", "yes"}
+    return typer.confirm(question, default=False, err=True)
 
 
 async def _delete(reader: DeadLetters, entry_id: str) -> StoredDeadLetter:
@@ -103,8 +204,46 @@ async def _delete(reader: DeadLetters, entry_id: str) -> StoredDeadLetter:
 
 
 @app.command("replay")
-def replay(entry_id: str) -> None:
-    """Re-run one entry's exact handler on the running worker; delete it on success."""
+def replay(
+    entry_id: str | None = typer.Argument(None, help="One entry's id (as 'relay dlq ls' shows)."),
+    *,
+    function: FunctionOpt = None,
+    handler: HandlerOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    reason: ReasonOpt = None,
+    limit: LimitOpt = None,
+    rate: str = typer.Option(
+        DEFAULT_RATE, "--rate", help="At most this many replays: 5/s, 120/m, 1000/h."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Show what would be replayed; send nothing."
+    ),
+) -> None:
+    """Re-run one entry's (or a selection's) exact handler on the running worker;
+    each entry is deleted only after its replay succeeded."""
+    flags = (function, handler, since, until, reason, limit)
+    if entry_id is None:
+        replay_selection(
+            selection(
+                function=function,
+                handler=handler,
+                since=since,
+                until=until,
+                reason=reason,
+                limit=limit,
+            ),
+            rate,
+            dry_run=dry_run,
+            load=lambda: _settings(need_group=True),
+        )
+        return
+    if any(flag is not None for flag in flags) or dry_run:
+        fail("give an entry id or selection flags (--function ...), not both", EXIT_USAGE)
+    _replay_one(entry_id)
+
+
+def _replay_one(entry_id: str) -> None:
     settings = _settings(need_group=True)
     entry = _with_reader(settings, lambda reader: reader.get(entry_id))
     if not entry.replayable:
@@ -123,6 +262,35 @@ def replay(entry_id: str) -> None:
     # even if the worker could not (it answered success, so deleting is now correct).
     _with_reader(settings, lambda reader: reader.discard(entry.id))
     out(f"Replayed {entry.id} ({entry.entry.function}/{entry.entry.handler}); entry removed")
+
+
+def entry_json(stored: StoredDeadLetter, *, now: float) -> dict[str, Any]:
+    """One entry's fields for ``--json`` (``ls`` and ``inspect``; see docs/schemas)."""
+    e, written = stored.entry, _written_at(stored)
+    return {
+        "id": stored.id,
+        "original_stream": e.original_stream,
+        "original_id": e.original_id,
+        "group": e.group,
+        "consumer": e.consumer,
+        "function": e.function,
+        "handler": e.handler,
+        "handler_attempts": e.handler_attempts,
+        "deliveries": e.deliveries,
+        "reason": e.reason,
+        "timestamp": e.timestamp,
+        "written_at": datetime.fromtimestamp(written, UTC).isoformat().replace("+00:00", "Z"),
+        "age_s": round(max(0.0, now - written), 3),
+        "replayable": stored.replayable,
+    }
+
+
+def _event_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def describe(stored: StoredDeadLetter, *, now: float) -> list[str]:

@@ -26,6 +26,17 @@ from relay.domain.source import FINGERPRINT_HEX_LEN, image_tag
 from relay.domain.template import Template
 from relay.entrypoints.cli.common import EXIT_FAILURE, fail, out
 from relay.entrypoints.cli.event_input import EventOption, FileOption, read_event_argument
+from relay.entrypoints.cli.fn_match import (
+    DryFlags,
+    ExplainOption,
+    FromDlqOption,
+    FromStreamOption,
+    LimitOption,
+    SinceOption,
+    dry_request,
+    run_dry,
+)
+from relay.entrypoints.cli.json_output import JsonFlag
 
 
 def register(app: typer.Typer) -> None:
@@ -142,7 +153,7 @@ def validate(
         raise typer.Exit(EXIT_FAILURE)
 
 
-def match(
+def match(  # noqa: PLR0917 - a typer command: its options are its parameters
     path: Annotated[Path, typer.Argument(help="A function directory or a functions directory.")],
     event: EventOption = None,
     file: FileOption = None,
@@ -150,20 +161,37 @@ def match(
         str | None,
         typer.Option("--at", help="Evaluate now() at this RFC3339 instant, not the clock."),
     ] = None,
+    from_stream: FromStreamOption = False,
+    from_dlq: FromDlqOption = False,
+    since: SinceOption = None,
+    limit: LimitOption = None,
+    explain: ExplainOption = False,
+    as_json: JsonFlag = False,
 ) -> None:
-    """Explain which rules match an event, and why the others do not."""
+    """Explain which rules match an event, and why the others do not; with --from-stream or
+    --from-dlq, count what they match in real traffic (a dry run, nothing consumed)."""
     now = time.time()
+    instant: float | None = None
     if at is not None:
         instant = parse_rfc3339(at)
         if instant is None:
             fail(f"--at: {json.dumps(at)} is not an RFC3339 timestamp (e.g. 2026-09-12T10:00:00Z)")
         now = instant
+    request = dry_request(
+        DryFlags(from_stream, from_dlq, since, limit, explain=explain, as_json=as_json),
+        one_event=event is not None or file is not None,
+        at=instant,
+    )
     try:
-        payload = read_event_argument(event, file, sys.stdin)
+        payload = None if request else read_event_argument(event, file, sys.stdin)
         functions = discover(path)
     except (EventError, PathNotFound) as exc:
         fail(str(exc))
     loaded = [load(name, d, check_source=False) for name, d in functions]
+    if request is not None:
+        run_dry(loaded, request, as_json=as_json)
+        return
+    assert payload is not None
     for line in explain_matches(loaded, payload, now):
         out(line)
 

@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -23,6 +23,8 @@ from relay.domain import schedule
 from relay.domain.template import ScheduleRule
 from relay.entrypoints.cli import cron_text
 from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.fn_breaker import breaker_lines, fetch_breaker
+from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import load_paths
 
 _LABEL = 17  # "Last reconcile:  " — every inspect value starts in this column
@@ -61,15 +63,24 @@ def register(app: typer.Typer) -> None:
     app.command("inspect")(inspect_)
 
 
-def ls() -> None:
+def ls(as_json: JsonFlag = False) -> None:
     """List loaded functions."""
     db = _open()
     rows = [] if db is None else _read(db, lambda d: d.rows("functions"))
-    for line in render_ls([data for _name, data, _updated in rows], time.time()):
+    data = [data for _name, data, _updated in rows]
+    if as_json:
+        from relay.entrypoints.cli.fn_catalog_json import ls_document
+
+        emit_json("function.ls", ls_document(data))
+        return
+    for line in render_ls(data, time.time()):
         out(line)
 
 
-def inspect_(name: str) -> None:
+def inspect_(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The function's name.")],
+    as_json: JsonFlag = False,
+) -> None:
     """Show one function's state, handlers, stats and runtime pool."""
     db = _open()
     found = None if db is None else _read(db, lambda d: d.row("functions", name))
@@ -78,7 +89,16 @@ def inspect_(name: str) -> None:
     stats = _read(db, lambda d: d.row("function_stats", name))
     paths = load_paths(os.environ)
     pool = fetch_pool(paths.socket, name)
+    if as_json:
+        from relay.entrypoints.cli.fn_catalog_json import inspect_document
+
+        breaker = fetch_breaker(paths.socket, name)
+        stat_row = stats[0] if stats else {}
+        document = inspect_document(found[0], stat_row, pool, breaker, time.time())
+        emit_json("function.inspect", document)
+        return
     lines = render_inspect(found[0], stats[0] if stats else {}, pool, time.time())
+    lines += breaker_lines(fetch_breaker(paths.socket, name), name)
     for line in lines:
         out(line)
 
@@ -190,6 +210,16 @@ def next_fire_text(cron: str, zone: str, now: float) -> str | None:
         at = schedule.next_firing(rule, int(now))
         return f"{schedule.instant(at)} ({schedule.local_time(rule, at)} {zone})"
     except Exception:  # noqa: BLE001 - display only: a row that cannot say shows no line
+        return None
+
+
+def next_fire_at(cron: str, zone: str, now: float) -> str | None:
+    """The next firing after ``now`` as RFC3339 UTC (``--json``); ``None`` when a
+    stored row cannot say."""
+    try:
+        rule = ScheduleRule(handler="-", cron=cron, timezone=zone)
+        return schedule.instant(schedule.next_firing(rule, int(now)))
+    except Exception:  # noqa: BLE001 - display only, as next_fire_text
         return None
 
 

@@ -15,6 +15,7 @@ import anyio
 import typer
 
 from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 
 if TYPE_CHECKING:
     from relay.adapters.git.files import GitPaths
@@ -54,14 +55,24 @@ def keygen(
 
 @app.command("set")
 def set_(
-    repository: Annotated[str, typer.Argument(help="git@host:org/repo.git or ssh://...")],
-    ref: Annotated[str, typer.Option("--ref", help="Branch, tag or commit.")] = "main",
+    repository: Annotated[
+        str, typer.Argument(metavar="REPOSITORY", help="git@host:org/repo.git or ssh://...")
+    ],
+    ref: Annotated[
+        str, typer.Option("--ref", metavar="REF", help="Branch, tag or commit.")
+    ] = "main",
     path: Annotated[
-        str | None, typer.Option("--path", help="Directory of the functions in the repository.")
+        str | None, typer.Option(
+            "--path", metavar="DIR", help="Directory of the functions in the repository."
+        )
     ] = None,
     webhook_secret: Annotated[
         str | None,
-        typer.Option("--webhook-secret", help="Name of the secret that signs webhook deliveries."),
+        typer.Option(
+            "--webhook-secret",
+            metavar="SECRET",
+            help="Name of the secret that signs webhook deliveries.",
+        ),
     ] = None,
 ) -> None:
     """Set the SSH git source to sync from (replaces any previous one)."""
@@ -99,7 +110,9 @@ def set_(
 @app.command("sync")
 def sync(
     functions: Annotated[
-        Path, typer.Option("--functions", help="Functions directory (default /functions).")
+        Path, typer.Option(
+            "--functions", metavar="DIR", help="Functions directory (default /functions)."
+        )
     ] = Path("/functions"),
 ) -> None:
     """Fetch the source and make the functions directory exactly its functions."""
@@ -126,7 +139,7 @@ def sync(
 
 
 @app.command("status")
-def status() -> None:
+def status(as_json: JsonFlag = False) -> None:
     """Show the source, the key and checkout, and the last sync (never key material)."""
     from relay.adapters.git.keys import public_key_fingerprint
     from relay.adapters.git.store import GitStore
@@ -138,6 +151,11 @@ def status() -> None:
         source = store.load_source()
     except RelayError as exc:
         fail(str(exc))
+    if as_json:
+        from relay.entrypoints.cli.git_json import status_document
+
+        emit_json("git.status", status_document(paths, store, source))
+        return
     if source is None:
         out("No git source configured.")
         return
@@ -193,6 +211,24 @@ def remove() -> None:
         out("No git source configured.")
         return
     out("Git source removed; the deploy key and the functions directory were kept.")
+
+
+def health_git() -> dict[str, object] | None:
+    """``relay health --json``'s ``git`` object, ``None`` without a git source.
+    Informational, like :func:`health_line`: a broken source file is its ``error``."""
+    from relay.adapters.git.store import GitStore
+    from relay.domain.errors import RelayError
+    from relay.entrypoints.cli.git_json import sync_document
+
+    store = GitStore(_paths())
+    try:
+        if store.load_source() is None:
+            return None
+    except RelayError as exc:
+        return {"commit": None, "last_sync": None, "error": str(exc)}
+    state = store.load_state()
+    commit = state.commit if state and state.commit else None
+    return {"commit": commit, "last_sync": sync_document(state), "error": None}
 
 
 def health_line() -> str | None:

@@ -1,10 +1,12 @@
 """``relay schedule ls``: every schedule of every function, its last and next occurrence.
 
 The schedules come from the state database (what the worker loaded); the last
-published occurrence of each is read from Redis's dedup keys
-(``relay:schedule:<function>:<handler>:<scheduled_at>``, kept 7 days), so an
-unreachable Redis shows ``unknown`` there and one line says why; the rest still
-prints. Read-only.
+published occurrence of each is read from the broker's publish-if-new records,
+kept 7 days: Redis's dedup keys
+(``relay:schedule:<function>:<handler>:<scheduled_at>``), or with
+``RELAY_BROKER=sqlite`` the broker file's ``occurrences`` table. An unreachable
+broker shows ``unknown`` there and one line says why; the rest still prints.
+Read-only.
 """
 
 from __future__ import annotations
@@ -20,30 +22,63 @@ import typer
 from redis.asyncio import Redis
 
 from relay.adapters.redis.schedules import latest_published
+from relay.adapters.sqlite.broker import schedules as sqlite_schedules
 from relay.adapters.sqlite.db import open_db_readonly
 from relay.domain import schedule
 from relay.domain.errors import RelayError
 from relay.domain.schedule import INSTANT_LENGTH
+from relay.entrypoints.cli.brokers import open_store
 from relay.entrypoints.cli.common import fail, out
-from relay.entrypoints.cli.fn_catalog import next_fire_text
-from relay.entrypoints.config import load_paths, load_redis_settings
+from relay.entrypoints.cli.fn_catalog import next_fire_at, next_fire_text
+from relay.entrypoints.cli.json_output import JsonFlag, emit_json
+from relay.entrypoints.config import load_broker_settings, load_paths
 
 app = typer.Typer(help="Inspect cron schedules.", no_args_is_help=True)
 
 
 @app.command("ls")
-def ls() -> None:
+def ls(as_json: JsonFlag = False) -> None:
     """List every schedule with its last published and next occurrence."""
     rows = _schedules()
     prefixes = [schedule.schedule_prefix(fn, str(s.get("handler", ""))) for fn, s in rows]
     last: dict[str, str] | None
+    problem: str | None = None
     try:
         last = anyio.run(_latest, prefixes) if rows else {}
     except RelayError as exc:
-        typer.echo(f"relay: last published occurrences unknown: {exc}", err=True)
+        problem = f"last published occurrences unknown: {exc}"
+        typer.echo(f"relay: {problem}", err=True)
         last = None
+    if as_json:
+        emit_json("schedule.ls", schedules_document(rows, last, problem, time.time()))
+        return
     for line in render_schedules(rows, last, time.time()):
         out(line)
+
+
+def schedules_document(
+    rows: Sequence[tuple[str, Mapping[str, Any]]],
+    last: Mapping[str, str] | None,
+    problem: str | None,
+    now: float,
+) -> dict[str, Any]:
+    """``relay.schedule.ls/1``: ``last_published`` is ``null`` when never published
+    (in the 7 days the publish-if-new records live) or when the broker could not be
+    read, which ``last_published_error`` then says."""
+    schedules = []
+    for function, s in rows:
+        handler, cron = str(s.get("handler", "")), str(s.get("cron", ""))
+        zone = str(s.get("timezone") or "UTC")
+        occurrence = (last or {}).get(schedule.schedule_prefix(function, handler))
+        schedules.append({
+            "function": function,
+            "handler": handler,
+            "cron": cron,
+            "timezone": zone,
+            "last_published": occurrence[-INSTANT_LENGTH:] if occurrence else None,
+            "next_at": next_fire_at(cron, zone, now),
+        })
+    return {"schedules": schedules, "last_published_error": problem}
 
 
 def _schedules() -> list[tuple[str, Mapping[str, Any]]]:
@@ -62,8 +97,11 @@ def _schedules() -> list[tuple[str, Mapping[str, Any]]]:
 
 
 async def _latest(prefixes: Sequence[str]) -> dict[str, str]:
-    # the dedup keys are not per stream: only the server is needed
-    settings = load_redis_settings(os.environ, need_stream=False, need_group=False)
+    # the dedup records are not per stream: only the server (or the file) is needed
+    broker, settings = load_broker_settings(os.environ, need_stream=False, need_group=False)
+    if broker.embedded:
+        async with open_store(broker, create=False) as store:
+            return await sqlite_schedules.latest_published(store, prefixes)
     redis = Redis.from_url(settings.url, socket_connect_timeout=5, socket_timeout=10)
     try:
         return await latest_published(redis, prefixes)
@@ -74,7 +112,7 @@ async def _latest(prefixes: Sequence[str]) -> dict[str, str]:
 def render_schedules(
     rows: Sequence[tuple[str, Mapping[str, Any]]], last: Mapping[str, str] | None, now: float
 ) -> list[str]:
-    """The table; ``last`` is ``None`` when Redis could not be read."""
+    """The table; ``last`` is ``None`` when the broker could not be read."""
     if not rows:
         return ["no schedules"]
     table = [("SCHEDULE", "CRON", "TIMEZONE", "LAST PUBLISHED", "NEXT")]

@@ -11,12 +11,14 @@ from __future__ import annotations
 import getpass
 import os
 import sys
+from typing import Annotated
 
 import typer
 
-from relay.adapters.fs.secrets import FileSecretStore, decode_secret_value
+from relay.adapters.fs.secrets import FileSecretStore, decode_secret_value, validate_secret_name
 from relay.domain.errors import RelayError
 from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import load_paths
 
 app = typer.Typer(help="Manage local secrets.", no_args_is_help=True)
@@ -27,22 +29,43 @@ def _store() -> FileSecretStore:
 
 
 @app.command("ls")
-def ls() -> None:
+def ls(as_json: JsonFlag = False) -> None:
     """List secret names (never values)."""
     try:
         names = _store().names()
     except (RelayError, OSError) as exc:
         fail(_one_line(exc))
+    if as_json:
+        emit_json("secret.ls", {"secrets": list(names)})
+        return
     out("NAME")
     for name in names:
         out(name)
 
 
+SecretName = Annotated[str, typer.Argument(metavar="NAME", help="The secret's name.")]
+
+
 @app.command("set")
-def set_(name: str) -> None:
-    """Set a secret from a hidden prompt, or from all of stdin when it is not a terminal."""
+def set_(
+    name: SecretName,
+    allow_empty: Annotated[
+        bool, typer.Option("--allow-empty", help="Store an empty value instead of refusing it.")
+    ] = False,
+) -> None:
+    """Set a secret from a hidden prompt, or from all of stdin when it is not a terminal.
+
+    An empty value is refused (an empty pipe or a stray Enter is almost always a
+    mistake that would blank a working credential) unless --allow-empty is given."""
     try:
-        _store().set(name, _read_value(name))
+        validate_secret_name(name)  # before asking for a value it would refuse anyway
+        value = _read_value(name)
+        if value == "" and not allow_empty:
+            fail(
+                f'secret "{name}": the value is empty; nothing changed '
+                "(pass --allow-empty to store an empty value)"
+            )
+        _store().set(name, value)
     except (RelayError, OSError) as exc:
         fail(_one_line(exc))
     except (EOFError, KeyboardInterrupt):
@@ -50,7 +73,7 @@ def set_(name: str) -> None:
 
 
 @app.command("rm")
-def rm(name: str) -> None:
+def rm(name: SecretName) -> None:
     """Remove a secret."""
     try:
         _store().remove(name)

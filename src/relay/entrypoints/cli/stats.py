@@ -16,13 +16,14 @@ from pathlib import Path
 import typer
 
 from relay.adapters.control.client import WorkerUnavailable, request
-from relay.adapters.sqlite.db import open_db, open_db_readonly
+from relay.adapters.sqlite.db import open_db, open_db_readonly, rfc3339
 from relay.adapters.sqlite.stats_store import read_stats, reset_stats
 from relay.domain.durations import format_age
 from relay.domain.errors import RelayError
-from relay.domain.stats import StatsSnapshot
-from relay.entrypoints.cli.common import fail, out
+from relay.domain.stats import GLOBAL_KEYS, StatsSnapshot
+from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
 from relay.entrypoints.cli.fn_catalog import age
+from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import load_paths
 
 app = typer.Typer(help="Show or reset operational statistics.", invoke_without_command=True)
@@ -41,9 +42,11 @@ _COUNTERS = (
 
 
 @app.callback()
-def show(ctx: typer.Context) -> None:
+def show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Show the latest persisted statistics."""
     if ctx.invoked_subcommand is not None:
+        if as_json:  # `relay stats --json reset`: reset prints no document
+            fail("--json applies to `relay stats`, not to `relay stats reset`", EXIT_USAGE)
         return
     path = load_paths(os.environ).database
     try:
@@ -51,6 +54,9 @@ def show(ctx: typer.Context) -> None:
         snapshot = StatsSnapshot() if db is None else read_stats(db)
     except sqlite3.Error as exc:
         fail(f"cannot read the state database {path}: {exc}")
+    if as_json:
+        emit_json("stats", stats_document(snapshot))
+        return
     for line in render_stats(snapshot, time.time()):
         out(line)
 
@@ -90,6 +96,15 @@ def render_stats(snapshot: StatsSnapshot, now: float) -> list[str]:
     updated = "never" if snapshot.updated_at is None else age(snapshot.updated_at, now)
     lines.append(_line("Updated:", updated))
     return lines
+
+
+def stats_document(snapshot: StatsSnapshot) -> dict[str, object]:
+    """``relay.stats/1``: every global counter and backlog gauge (zeros for a fresh
+    database) and when the worker last persisted them (``null``: never)."""
+    return {
+        **{key: snapshot.total(key) for key in GLOBAL_KEYS},
+        "updated_at": None if snapshot.updated_at is None else rfc3339(snapshot.updated_at),
+    }
 
 
 def _line(label: str, value: str) -> str:

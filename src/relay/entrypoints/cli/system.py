@@ -11,6 +11,7 @@ import typer
 
 from relay.entrypoints.cli import trace as trace_cmd
 from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 
 
 def register(app: typer.Typer) -> None:
@@ -21,7 +22,10 @@ def register(app: typer.Typer) -> None:
 
 def start(
     functions: Annotated[
-        Path, typer.Option("--functions", help="Functions directory (default /functions).")
+        Path,
+        typer.Option(
+            "--functions", metavar="DIR", help="Functions directory (default /functions)."
+        ),
     ] = Path("/functions"),
     embedded: Annotated[
         bool,
@@ -37,7 +41,7 @@ def start(
     raise typer.Exit(daemon_main(env, functions))
 
 
-def health() -> None:
+def health(as_json: JsonFlag = False) -> None:
     """Exit 0 when Redis and Docker answer, 1 with the failing check on stderr."""
     from relay.adapters.control.client import fetch_health
     from relay.entrypoints.config import load_paths
@@ -46,8 +50,16 @@ def health() -> None:
     problem = anyio.run(check_health, dict(os.environ))
     # When a worker runs here, it must also report itself ready.
     problem = problem or fetch_health(load_paths(os.environ).socket)
+    if as_json:
+        from relay.entrypoints.cli.git import health_git
+
+        # unhealthy is an answer, not a failure to answer: the document says so,
+        # and the exit code and the stderr line stay what they are without --json
+        emit_json("health", {"ok": problem is None, "problem": problem, "git": health_git()})
     if problem is not None:
         fail(problem)
+    if as_json:
+        return
     out("ok")
     from relay.entrypoints.cli.git import health_line
 

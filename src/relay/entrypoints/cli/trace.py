@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import typer
@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from relay.adapters.redis.keys import dlq_key, invocation_key
 from relay.domain.durations import MILLISECOND, format_duration
-from relay.domain.errors import DependencyUnavailable, RelayError
+from relay.domain.errors import ConfigError, DependencyUnavailable, RelayError
 from relay.domain.invocation import (
     BackingOff,
     Exhausted,
@@ -35,6 +35,7 @@ from relay.domain.ledger_rules import parse_claim_stamp, parse_class_stamp
 from relay.domain.retention import StreamId
 from relay.domain.schedule import ID_PREFIX
 from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import BrokerSettings, RedisSettings, load_broker_settings
 
 DLQ_SCAN_LIMIT = 10_000  # DLQ entries examined (from the message's time on) per trace
@@ -45,7 +46,12 @@ def register(app: typer.Typer) -> None:
     app.command("trace", help="Show the life of one stream message.")(trace)
 
 
-def trace(message_id: str = typer.Argument(..., help="Stream message id")) -> None:
+def trace(
+    message_id: Annotated[
+        str, typer.Argument(metavar="MESSAGE_ID", help="Stream message id, e.g. 1700000000000-0.")
+    ],
+    as_json: JsonFlag = False,
+) -> None:
     try:
         normalised = str(StreamId.parse(message_id.strip()))
     except ValueError:
@@ -61,6 +67,11 @@ def trace(message_id: str = typer.Argument(..., help="Stream message id")) -> No
             facts = anyio.run(_gather_with_client, settings, normalised)
     except RelayError as exc:
         fail(str(exc))
+    if as_json:
+        from relay.entrypoints.cli.trace_json import trace_document
+
+        emit_json("trace", trace_document(facts))
+        return
     for line in render_trace(facts):
         out(line)
 
@@ -93,8 +104,13 @@ class MessageFacts:
 
 
 async def _gather_with_client(settings: RedisSettings, message_id: str) -> MessageFacts:
+    from relay.entrypoints.cli.brokers import redis_target_problem
+
     redis = Redis.from_url(settings.url, socket_connect_timeout=5, socket_timeout=10)
     try:
+        problem = await redis_target_problem(redis, settings.stream, settings.group)
+        if problem is not None:  # a typo must not read as "unknown message"
+            raise ConfigError(problem)
         return await gather(redis, settings.stream, settings.group, message_id)
     except (RedisError, OSError) as exc:
         raise DependencyUnavailable(f"cannot read from Redis: {exc}") from exc
@@ -105,10 +121,13 @@ async def _gather_with_client(settings: RedisSettings, message_id: str) -> Messa
 async def _gather_embedded(
     broker: BrokerSettings, settings: RedisSettings, message_id: str
 ) -> MessageFacts:
-    from relay.entrypoints.cli.brokers import open_store
+    from relay.entrypoints.cli.brokers import open_store, sqlite_target_problem
     from relay.entrypoints.cli.trace_sqlite import gather_sqlite
 
     async with open_store(broker, create=False) as store:
+        problem = await sqlite_target_problem(store, settings.stream)
+        if problem is not None:
+            raise ConfigError(problem)
         return await gather_sqlite(store, settings.stream, settings.group, message_id)
 
 
@@ -218,39 +237,62 @@ def describe_marker(text: str, now_ms: int, claimed_at_ms: int | None = None) ->
     return f"unreadable marker {text!r} (treated as eligible: runs at the next delivery)"
 
 
-def verdict(facts: MessageFacts) -> str:  # noqa: PLR0911 - one answer per situation
+def verdict(facts: MessageFacts) -> str:
     """The short answer to "why has this event not finished?"."""
+    return verdict_of(facts)[1]
+
+
+def verdict_of(facts: MessageFacts) -> tuple[str, str]:  # noqa: PLR0911 - one answer per situation
+    """``(code, text)``: a stable snake_case code for scripts (``--json``) and the words."""
     markers = [parse_marker(v) for k, v in facts.ledger.items() if not k.startswith("@")]
     if "@dlq" in facts.ledger:
-        return "malformed (not a JSON object event, or too large): dead-lettered without running"
+        return "malformed", (
+            "malformed (not a JSON object event, or too large): dead-lettered without running"
+        )
     if facts.pending is None:
         if facts.ledger and not markers and _occurrence(facts.ledger):
-            return (
+            return "acknowledged_without_run", (
                 "finished: acknowledged without a run (obsolete: its schedule was removed, or"
                 " skipped: overlap: skip; the worker's log says which)"
             )
         if facts.ledger:
-            return "finished: acknowledged (the ledger is kept for inspection until it expires)"
+            return "finished", (
+                "finished: acknowledged (the ledger is kept for inspection until it expires)"
+            )
         if facts.body_bytes is None:
-            return "unknown: no such entry, no ledger and not pending (wrong id, or long gone)"
-        return "not delivered yet, or acknowledged before its ledger expired"
+            return "unknown", (
+                "unknown: no such entry, no ledger and not pending (wrong id, or long gone)"
+            )
+        return "not_delivered", "not delivered yet, or acknowledged before its ledger expired"
     if facts.body_bytes is None:
-        return "pending but its body is gone (trimmed): it will be dropped without running"
+        return "body_gone", (
+            "pending but its body is gone (trimmed): it will be dropped without running"
+        )
     if not facts.ledger:
-        return "pending and not classified yet: waiting for a worker (or Redis errors on claim)"
+        return "not_classified", (
+            "pending and not classified yet: waiting for a worker (or Redis errors on claim)"
+        )
     if any(isinstance(m, BackingOff) for m in markers):
-        return "waiting out a retry backoff; recovery redelivers it after the deadline"
+        return "backing_off", (
+            "waiting out a retry backoff; recovery redelivers it after the deadline"
+        )
     if any(isinstance(m, Running) and m.deadline_ms > facts.now_ms for m in markers):
-        return "an attempt is running (or its worker died and the claim has not expired yet)"
+        return "running", (
+            "an attempt is running (or its worker died and the claim has not expired yet)"
+        )
     if any(isinstance(m, Exhausted) and not m.dead_lettered for m in markers):
-        return "exhausted but the DLQ write has not succeeded yet; recovery retries it"
+        return "dlq_write_pending", (
+            "exhausted but the DLQ write has not succeeded yet; recovery retries it"
+        )
     if _all_settled(facts.ledger, markers):
-        return (
+        return "ack_missing", (
             "every invocation is finished but the acknowledgment failed (the worker's log says"
             " ledger_unavailable); recovery redelivers it and it is acknowledged, nothing runs"
             " again"
         )
-    return "pending; the recovery loop will redeliver it (idle entries are reclaimed every 1m)"
+    return "pending", (
+        "pending; the recovery loop will redeliver it (idle entries are reclaimed every 1m)"
+    )
 
 
 def _all_settled(ledger: Mapping[str, str], markers: list[Marker | None]) -> bool:

@@ -143,3 +143,19 @@ def flood_socket(event: dict[str, Any]) -> None:
                     for _ in range(event["mib"] * 16):
                         sock.sendall(b"x\n" * 32768)  # until Relay hangs up
     print("SOCKET FLOODED")
+
+
+CONTEXT = (
+    "RELAY_HANDLER",
+    "RELAY_MESSAGE_ID",
+    "RELAY_ATTEMPT",
+    "RELAY_DEADLINE",
+    "RELAY_OCCURRENCE_ID",
+)
+
+
+def context(event: dict[str, Any]) -> None:
+    """Prints the invocation's context variables; fails its first attempt on request."""
+    print("CONTEXT " + json.dumps({name: os.environ.get(name) for name in CONTEXT}))
+    if event.get("fail_first") and os.environ.get("RELAY_ATTEMPT") == "1":
+        raise RuntimeError("the first attempt fails")

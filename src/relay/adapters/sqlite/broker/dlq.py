@@ -15,6 +15,7 @@ from relay.adapters.redis.dlq_reader import (
 )
 from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
+from relay.domain.errors import DependencyUnavailable
 from relay.domain.outcome import DeadLetterEntry
 
 _COLUMNS: Final = (
@@ -102,3 +103,14 @@ class SqliteDeadLetterReader(PagedEntries):
             return cur.rowcount == 1
 
         return await self._store.write(step)
+
+    async def trim_before(self, cutoff_ms: int) -> int:
+        """Delete every entry written before ``cutoff_ms`` (``DLQ_RETENTION``)."""
+
+        def step(c: sqlite3.Connection, _: int) -> int:
+            return c.execute("DELETE FROM dlq WHERE created_ms < ?", (cutoff_ms,)).rowcount
+
+        try:
+            return await self._store.write(step)
+        except sqlite3.Error as exc:
+            raise DependencyUnavailable(f"cannot trim {self.key}: {exc}") from exc

@@ -80,6 +80,12 @@ CREATE TABLE IF NOT EXISTS dlq (
     handler_attempts INTEGER NOT NULL,
     timestamp TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS occurrences (
+    id TEXT PRIMARY KEY,
+    message_id TEXT NOT NULL,
+    expires_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS occurrences_expiry ON occurrences (expires_ms);
 """
 
 

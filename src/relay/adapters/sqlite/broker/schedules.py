@@ -1,0 +1,166 @@
+"""Schedule occurrences on the embedded broker: publish-if-new, the overlap
+question, and the history ``relay schedule ls`` reads.
+
+Publishing is one step of the writer thread, so one ``BEGIN IMMEDIATE``
+transaction: the occurrence's row in ``occurrences`` (its id, the job's message
+id, an expiry 7 days on, as the Redis dedup key's TTL) and its job are committed
+together or not at all. ``BEGIN IMMEDIATE`` takes the file's write lock, so a
+second worker sharing the file, or a worker restarted at the same second, finds
+the row and publishes nothing: every occurrence is one job.
+
+An occurrence's row is history only: it is never deleted when its job finishes;
+rows past their expiry are deleted by later publishes (and the occurrence may
+then be published again, as on Redis once the key's TTL is over).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection
+from typing import Final
+
+import msgspec
+
+from relay.adapters.sqlite.broker import jobs
+from relay.adapters.sqlite.broker.store import BrokerStore
+from relay.domain.ledger_rules import CLASS_FIELD, parse_class_stamp
+from relay.domain.priority import priority_class
+from relay.domain.schedule import (
+    DEDUP_TTL_S,
+    INSTANT_LENGTH,
+    Envelope,
+    encode,
+    is_occurrence,
+    parse_occurrence,
+)
+
+EXPIRED_BATCH: Final = 100  # expired occurrence rows deleted per publish at most
+# The overlap check reads at most this many unfinished earlier jobs of the stream,
+# oldest first; beyond that it cannot tell and the occurrence runs (at-least-once
+# first), as on Redis.
+UNFINISHED_SCAN: Final = 5000
+# Every character of an instant sorts before this one: [prefix, prefix + _TOP) is
+# exactly the occurrence ids of one schedule.
+_TOP: Final = "~"
+
+
+def publish_if_new(  # noqa: PLR0917 - every step has the (conn, now_ms) head
+    conn: sqlite3.Connection,
+    now_ms: int,
+    stream: str,
+    occurrence_id: str,
+    payload: bytes,
+    ttl_s: int,
+) -> str | None:
+    """The step: unless ``occurrence_id`` has a live row, record it and enqueue the
+    job (``normal`` priority); the job's message id, or ``None``."""
+    conn.execute(
+        "DELETE FROM occurrences WHERE id IN (SELECT id FROM occurrences"
+        " WHERE expires_ms <= ? LIMIT ?)",
+        (now_ms, EXPIRED_BATCH),
+    )
+    live = conn.execute(
+        "SELECT 1 FROM occurrences WHERE id = ? AND expires_ms > ?", (occurrence_id, now_ms)
+    ).fetchone()
+    if live:
+        return None
+    message_id = jobs.publish(conn, now_ms, stream, payload, priority_class(None))
+    conn.execute(  # REPLACE: an expired row the batched delete has not reached yet
+        "INSERT OR REPLACE INTO occurrences (id, message_id, expires_ms) VALUES (?, ?, ?)",
+        (occurrence_id, message_id, now_ms + ttl_s * 1000),
+    )
+    return message_id
+
+
+class SqliteOccurrencePublisher:
+    """:class:`relay.application.ports.OccurrencePublisher` on the broker file."""
+
+    def __init__(self, store: BrokerStore, stream: str, *, ttl_s: int = DEDUP_TTL_S) -> None:
+        self._store = store
+        self._stream = stream
+        self._ttl = ttl_s
+
+    async def publish(self, occurrence: Envelope) -> str | None:
+        stream, ttl, payload = self._stream, self._ttl, encode(occurrence)
+        oid = occurrence.occurrence_id
+        return await self._store.write(
+            lambda c, now: publish_if_new(c, now, stream, oid, payload, ttl), wakes=True
+        )
+
+
+# Delivered and not acknowledged, through the two partial indexes (acknowledged
+# rows, the bulk of the table, are never scanned).
+_UNFINISHED: Final = (
+    "SELECT u.seq, u.payload, l.value FROM ("
+    " SELECT seq, payload FROM jobs INDEXED BY jobs_leased"
+    "  WHERE stream = ? AND state = 'leased' AND seq < ?"
+    " UNION ALL SELECT seq, payload FROM jobs INDEXED BY jobs_ready"
+    "  WHERE stream = ? AND state = 'ready' AND deliveries > 0 AND seq < ?"
+    ") AS u LEFT JOIN ledger AS l ON l.seq = u.seq AND l.field = ?"
+    " ORDER BY u.seq LIMIT ?"
+)
+
+
+class SqliteOccurrenceHistory:
+    """:class:`relay.application.ports.OccurrenceHistory` on the broker file: the
+    jobs delivered and not acknowledged (leased, or made ready again by a
+    worker's restart: Redis's pending list), each one's ledger classification,
+    and for one not classified yet, its envelope. One read, no write."""
+
+    def __init__(self, store: BrokerStore, stream: str) -> None:
+        self._store = store
+        self._stream = stream
+
+    async def unfinished_before(self, prefix: str, message_id: str) -> bool:
+        mine = jobs.seq_of(message_id)
+        if mine is None:
+            return False
+        stream = self._stream
+
+        def query(c: sqlite3.Connection) -> bool:
+            rows = c.execute(
+                _UNFINISHED, (stream, mine, stream, mine, CLASS_FIELD, UNFINISHED_SCAN)
+            )
+            for _seq, payload, stamp in rows:
+                if stamp is not None:
+                    if (parse_class_stamp(str(stamp))[0] or "").startswith(prefix):
+                        return True
+                elif _envelope_prefix_matches(payload, prefix):
+                    return True
+            return False
+
+        return await self._store.read(query)
+
+
+def _envelope_prefix_matches(payload: bytes | None, prefix: str) -> bool:
+    if payload is None:
+        return False
+    try:
+        event = msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return False
+    if not isinstance(event, dict) or not is_occurrence(event):
+        return False
+    parsed = parse_occurrence(event)
+    return isinstance(parsed, Envelope) and parsed.occurrence_id.startswith(prefix)
+
+
+async def latest_published(store: BrokerStore, prefixes: Collection[str]) -> dict[str, str]:
+    """For each schedule prefix, its latest occurrence id still remembered (a live
+    row): one index range per prefix (read-only, for ``relay schedule ls``)."""
+    wanted = sorted(set(prefixes))
+    now_ms = store.now_ms()
+
+    def query(c: sqlite3.Connection) -> dict[str, str]:
+        latest: dict[str, str] = {}
+        for prefix in wanted:
+            row = c.execute(
+                "SELECT max(id) FROM occurrences WHERE id >= ? AND id < ?"
+                " AND length(id) = ? AND expires_ms > ?",
+                (prefix, prefix + _TOP, len(prefix) + INSTANT_LENGTH, now_ms),
+            ).fetchone()
+            if row and row[0]:
+                latest[prefix] = str(row[0])
+        return latest
+
+    return await store.read(query)
