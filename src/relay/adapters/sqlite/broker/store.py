@@ -255,8 +255,9 @@ class BrokerStore:
 
     def _abandon(self, pending: _Pending) -> None:
         """The caller was cancelled (on its loop). Either the writer has not
-        answered yet (it drops the step, or :meth:`_settle_all` undoes it), or
-        the answer came before the cancellation: undo it here."""
+        answered yet (it drops an undoable step it has not taken, runs any other
+        to its end, and :meth:`_settle_all` undoes what it ran), or the answer
+        came before the cancellation: undo it here."""
         pending.abandoned = True
         future = pending.future
         if future.done() and not future.cancelled() and future.exception() is None:
