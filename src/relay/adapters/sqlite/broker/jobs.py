@@ -70,6 +70,9 @@ def _winners(per_class: list[list[Candidate]], now_ms: int, count: int) -> list[
     """``count`` claims in a row by the aging rule. Within one class the oldest job
     is always its best (aging only helps the older), so each claim chooses among
     the four heads, exactly as four single lookups per claim would."""
+    filled = [c for c in per_class if c]
+    if len(filled) == 1:  # one class waiting: its oldest first, whatever the aging
+        return filled[0][:count]
     heads = [0] * len(per_class)
     chosen: list[Candidate] = []
     while len(chosen) < count:
@@ -149,6 +152,24 @@ def release_consumer(conn: sqlite3.Connection, now_ms: int, stream: str, consume
         (stream, consumer),
     )
     return cur.rowcount
+
+
+def give_back(
+    conn: sqlite3.Connection, now_ms: int, leased: Sequence[tuple[StreamMessage, str]]
+) -> int:
+    """Undo a claim (or reclaim) whose caller was cancelled before it heard of it:
+    each job still under that very lease is ready again, its delivery uncounted
+    and its token void. A job already taken by anyone else is left alone."""
+    released = 0
+    for message, token in leased:
+        cur = conn.execute(
+            "UPDATE jobs SET state = 'ready', token = NULL, consumer = NULL, leased_ms = NULL,"
+            " deliveries = max(0, deliveries - 1)"
+            " WHERE seq = ? AND state = 'leased' AND token = ?",
+            (seq_of(message.id), token),
+        )
+        released += cur.rowcount
+    return released
 
 
 def acknowledge(

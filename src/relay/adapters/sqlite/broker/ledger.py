@@ -41,6 +41,18 @@ from relay.domain.outcome import (
 
 T = TypeVar("T")
 
+# The statements a transaction's ledger steps share (``bench/broker.py``'s raw loop
+# runs the same text).
+LOAD_SQL = "SELECT seq, field, value FROM ledger WHERE seq IN ({marks})"
+UPSERT_SQL = (
+    "INSERT INTO ledger (seq, field, value) VALUES (?, ?, ?)"
+    " ON CONFLICT (seq, field) DO UPDATE SET value = excluded.value"
+)
+ACK_SQL = (
+    "UPDATE jobs SET state = 'acked', token = NULL, expires_ms = ?"
+    " WHERE seq = ? AND state = 'leased' AND token = ?"
+)
+
 
 def insert_dead_letter(conn: sqlite3.Connection, now_ms: int, entry: DeadLetterEntry) -> str:
     """One DLQ row; its id (``<ms>-<seq>``, the shape of a stream entry id)."""
@@ -136,10 +148,7 @@ class _Ledgers:
         self.acks: list[tuple[int, int, str]] = []
         if keys:
             marks = ",".join("?" * len(keys))
-            for seq, f, v in conn.execute(
-                f"SELECT seq, field, value FROM ledger WHERE seq IN ({marks})",  # noqa: S608 - placeholders
-                tuple(keys),
-            ):
+            for seq, f, v in conn.execute(LOAD_SQL.format(marks=marks), tuple(keys)):
                 self.loaded[seq][f] = v
         self.original = {seq: dict(h) for seq, h in self.loaded.items()}
 
@@ -160,17 +169,9 @@ class _Ledgers:
         if gone:
             conn.executemany("DELETE FROM ledger WHERE seq = ? AND field = ?", gone)
         if changed:
-            conn.executemany(
-                "INSERT INTO ledger (seq, field, value) VALUES (?, ?, ?)"
-                " ON CONFLICT (seq, field) DO UPDATE SET value = excluded.value",
-                changed,
-            )
+            conn.executemany(UPSERT_SQL, changed)
         if self.acks:  # leased -> acked, each fenced by its lease token
-            conn.executemany(
-                "UPDATE jobs SET state = 'acked', token = NULL, expires_ms = ?"
-                " WHERE seq = ? AND state = 'leased' AND token = ?",
-                self.acks,
-            )
+            conn.executemany(ACK_SQL, self.acks)
 
 
 class SqliteInvocationLedger:

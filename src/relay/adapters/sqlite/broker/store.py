@@ -36,6 +36,7 @@ from relay.domain.errors import DependencyUnavailable, RelayError
 
 T = TypeVar("T")
 Step = Callable[[sqlite3.Connection, int], Any]
+Undo = Callable[[sqlite3.Connection, int, Any], Any]
 
 BUSY_TIMEOUT_MS: Final = 10_000
 MAX_BATCH: Final = 512  # steps per group commit
@@ -145,30 +146,31 @@ def _corrupt(path: Path, why: str) -> CorruptBroker:
 
 
 class _Pending:
-    __slots__ = ("future", "key", "loop", "step", "wakes")
+    __slots__ = ("abandoned", "future", "key", "loop", "step", "undo", "wakes")
 
     def __init__(
-        self, step: Step, loop: asyncio.AbstractEventLoop, wakes: bool, key: int | None
+        self,
+        step: Step,
+        loop: asyncio.AbstractEventLoop,
+        wakes: bool,
+        key: int | None,
+        undo: Undo | None,
     ) -> None:
         self.step = step
         self.loop = loop
         self.wakes = wakes
         self.key = key
+        self.undo = undo
+        # Set (on the caller's loop) when the caller was cancelled: the writer drops
+        # an undoable step it has not taken yet (a plain flag, read under the GIL).
+        self.abandoned = False
         self.future: asyncio.Future[Any] = loop.create_future()
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
-def _settle_all(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    for future, result, error in answers:
-        _settle(future, result, error)
+def _consume(future: asyncio.Future[Any]) -> None:
+    """No caller awaits an undo: its failure leaves the lease to recovery."""
+    if not future.cancelled():
+        future.exception()
 
 
 class _StepFailed(Exception):
@@ -204,6 +206,7 @@ class BrokerStore:
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="relay-broker-writer", daemon=True)
         self._closed = False
+        self._closing = threading.Lock()
         self.commits = 0  # transactions committed (diagnostic: steps / commits = batch size)
         self.steps = 0
         # The lease token of each job this process holds (seq -> token): the fence
@@ -222,18 +225,57 @@ class BrokerStore:
         *,
         wakes: bool = False,
         key: int | None = None,
+        undo: Callable[[sqlite3.Connection, int, T], Any] | None = None,
     ) -> T:
         """Run ``step(conn, now_ms)`` inside the next group commit; its result once
-        committed. A step once queued runs to its end (and commits) even if the
-        caller is cancelled meanwhile; the cancelled caller just never hears of it.
-        ``wakes``: the step makes jobs ready (readers blocked here look again);
-        ``key``: the job the step is about (see :class:`Batch`)."""
-        if self._closed:
-            raise DependencyUnavailable("sqlite broker is closed")
-        pending = _Pending(step, asyncio.get_running_loop(), wakes, key)
-        self._queue.put(pending)
-        result: T = await pending.future
+        committed. ``wakes``: the step makes jobs ready (readers blocked here look
+        again); ``key``: the job the step is about (see :class:`Batch`).
+
+        A step once queued runs to its end (and commits) even if its caller is
+        cancelled meanwhile; the cancelled caller just never hears of it (so a
+        handler's result is never dropped on its way to the ledger). A step given
+        an ``undo`` is one that may be taken back instead (a claim): cancelled
+        while still queued, it never runs; already run, ``undo(conn, now_ms,
+        result)`` runs in a later transaction of its own (the claim gives its
+        leases back, so no job stays leased to a reader that is gone)."""
+        pending = _Pending(step, asyncio.get_running_loop(), wakes, key, undo)
+        self._put(pending)
+        try:
+            result: T = await pending.future
+        except asyncio.CancelledError:
+            self._abandon(pending)
+            raise
         return result
+
+    def _put(self, pending: _Pending) -> None:
+        with self._closing:  # never behind the writer's stop mark: it would hang
+            if self._closed:
+                raise DependencyUnavailable("sqlite broker is closed")
+            self._queue.put(pending)
+
+    def _abandon(self, pending: _Pending) -> None:
+        """The caller was cancelled (on its loop). Either the writer has not
+        answered yet (it drops an undoable step it has not taken, runs any other
+        to its end, and :meth:`_settle_all` undoes what it ran), or the answer
+        came before the cancellation: undo it here."""
+        pending.abandoned = True
+        future = pending.future
+        if future.done() and not future.cancelled() and future.exception() is None:
+            self._undo(pending, future.result())
+
+    def _undo(self, pending: _Pending, result: Any) -> None:
+        undo = pending.undo
+        if undo is None:
+            return
+
+        def step(conn: sqlite3.Connection, now_ms: int) -> Any:
+            return undo(conn, now_ms, result)
+
+        again = _Pending(step, pending.loop, True, None, None)
+        again.future.add_done_callback(_consume)
+        # Closed: the leases stay until this worker's restart releases them (row 73).
+        with contextlib.suppress(DependencyUnavailable):
+            self._put(again)
 
     async def read(self, query: Callable[[sqlite3.Connection], T]) -> T:
         """A read-only query on a connection of its own, in a worker thread."""
@@ -265,7 +307,11 @@ class BrokerStore:
                     stop = True
                     break
                 batch.append(item)
-            self._commit(batch)
+            # A step that may be undone may also be dropped once its caller is gone;
+            # every other step runs to its end (a ledger call's promise).
+            batch = [p for p in batch if not (p.abandoned and p.undo is not None)]
+            if batch:
+                self._commit(batch)
             if stop:
                 return
 
@@ -321,16 +367,35 @@ class BrokerStore:
         except sqlite3.Error as exc:
             return None, DependencyUnavailable(f"sqlite broker write failed: {exc}")
 
-    @staticmethod
-    def _answer(batch: list[_Pending], outcomes: list[tuple[Any, BaseException | None]]) -> None:
+    def _answer(
+        self, batch: list[_Pending], outcomes: list[tuple[Any, BaseException | None]]
+    ) -> None:
         """One wake-up per event loop for the whole batch, not one per step: each
         ``call_soon_threadsafe`` writes to the loop's self-pipe."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, Any]]] = {}
-        for pending, (result, error) in zip(batch, outcomes, strict=True):
-            by_loop.setdefault(pending.loop, []).append((pending.future, result, error))
-        for loop, answers in by_loop.items():
+        answers = [(p, r, e) for p, (r, e) in zip(batch, outcomes, strict=True)]
+        loop = batch[0].loop
+        if all(p.loop is loop for p in batch):  # one event loop: the common case
+            by_loop = {loop: answers}
+        else:
+            by_loop = {}
+            for answer in answers:
+                by_loop.setdefault(answer[0].loop, []).append(answer)
+        for target, group in by_loop.items():
             with contextlib.suppress(RuntimeError):  # that loop is closed (shutdown)
-                loop.call_soon_threadsafe(_settle_all, answers)
+                target.call_soon_threadsafe(self._settle_all, group)
+
+    def _settle_all(self, answers: list[tuple[_Pending, Any, BaseException | None]]) -> None:
+        """On the callers' loop. A caller cancelled while its committed step was
+        in flight never hears of it: its step is undone instead."""
+        for pending, result, error in answers:
+            future = pending.future
+            if not future.done():
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+            elif error is None:
+                self._undo(pending, result)
 
     # --- waking blocked readers in this process ------------------------------------
     def waker(self) -> asyncio.Event:
@@ -350,9 +415,10 @@ class BrokerStore:
                 self._wakers.discard(event)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._queue.put(None)
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(None)
         self._thread.join(timeout=30)
         self._conn.close()

@@ -56,7 +56,7 @@ class SqliteEventStream:
         while True:
             waker.clear()
             leased = await self._store.write(
-                lambda c, now: jobs.claim(c, now, stream, consumer, count)
+                lambda c, now: jobs.claim(c, now, stream, consumer, count), undo=jobs.give_back
             )
             if leased or anyio.current_time() >= deadline:
                 return self._held(leased)
@@ -67,7 +67,8 @@ class SqliteEventStream:
         stream, consumer = self._stream, self._consumer
         await self._store.write(jobs.purge)
         taken = await self._store.write(
-            lambda c, now: jobs.reclaim(c, now, stream, consumer, min_idle_ms, count)
+            lambda c, now: jobs.reclaim(c, now, stream, consumer, min_idle_ms, count),
+            undo=jobs.give_back,
         )
         return Reclaimed(messages=tuple(self._held(taken)), complete=len(taken) < count)
 
