@@ -177,3 +177,20 @@ def test_envelope_field_order_is_the_wire_order() -> None:
     assert Envelope.__struct_fields__ == (
         "source", "function", "handler", "scheduled_at", "occurrence_id",
     )  # fmt: skip
+
+
+def test_the_occurrence_id_of_a_stream_payload_is_read_only_from_a_valid_envelope() -> None:
+    written = schedule.envelope("nightly", "report.main", 1_700_000_000)
+    payload = schedule.encode(written)
+    assert schedule.occurrence_id_in(payload) == written.occurrence_id
+    assert schedule.occurrence_id_in(payload.decode()) == written.occurrence_id
+    forged = msgspec.json.decode(payload)
+    forged["occurrence_id"] = forged["occurrence_id"] + "0"
+    for payload_of_another_kind in (
+        None,
+        b"{not json",
+        b"[1, 2]",
+        b'{"event_name": "INSERT"}',
+        msgspec.json.encode(forged),  # an id that does not re-derive from its fields
+    ):
+        assert schedule.occurrence_id_in(payload_of_another_kind) is None

@@ -123,6 +123,21 @@ def is_occurrence(event: Mapping[str, Any]) -> bool:
     return event.get("source") == SOURCE
 
 
+def occurrence_id_in(payload: bytes | str | None) -> str | None:
+    """The occurrence id a stream entry's ``event`` payload carries, or ``None`` when
+    it is not (valid JSON holding) an occurrence Relay wrote."""
+    if payload is None:
+        return None
+    try:
+        event = msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(event, dict) or not is_occurrence(event):
+        return None
+    parsed = parse_occurrence(event)
+    return parsed.occurrence_id if isinstance(parsed, Envelope) else None
+
+
 def parse_occurrence(event: Mapping[str, Any]) -> Envelope | InvalidOccurrence:
     """The envelope of an event claiming ``source: relay.schedule``, or why it is not
     one Relay wrote (a missing field, a malformed instant, an id that does not

@@ -13,7 +13,6 @@ from collections.abc import Collection, Sequence
 from importlib import resources
 from typing import Any
 
-import msgspec
 from redis.asyncio import Redis
 
 from relay.adapters.redis.keys import invocation_key, translated
@@ -25,8 +24,7 @@ from relay.domain.schedule import (
     Envelope,
     dedup_key,
     encode,
-    is_occurrence,
-    parse_occurrence,
+    occurrence_id_in,
 )
 
 # The overlap check pages through the group's pending entries older than the
@@ -112,17 +110,8 @@ class RedisOccurrenceHistory:
 
 
 def _envelope_prefix_matches(fields: dict[Any, Any], prefix: str) -> bool:
-    raw = fields.get(b"event", fields.get("event"))
-    if raw is None:
-        return False
-    try:
-        event = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return False
-    if not isinstance(event, dict) or not is_occurrence(event):
-        return False
-    parsed = parse_occurrence(event)
-    return isinstance(parsed, Envelope) and parsed.occurrence_id.startswith(prefix)
+    found = occurrence_id_in(fields.get(b"event", fields.get("event")))
+    return found is not None and found.startswith(prefix)
 
 
 async def latest_published(client: Redis, prefixes: Collection[str]) -> dict[str, str]:

@@ -19,8 +19,6 @@ import sqlite3
 from collections.abc import Collection
 from typing import Final
 
-import msgspec
-
 from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.domain.ledger_rules import CLASS_FIELD, parse_class_stamp
@@ -30,8 +28,7 @@ from relay.domain.schedule import (
     INSTANT_LENGTH,
     Envelope,
     encode,
-    is_occurrence,
-    parse_occurrence,
+    occurrence_id_in,
 )
 
 EXPIRED_BATCH: Final = 100  # expired occurrence rows deleted per publish at most
@@ -133,16 +130,8 @@ class SqliteOccurrenceHistory:
 
 
 def _envelope_prefix_matches(payload: bytes | None, prefix: str) -> bool:
-    if payload is None:
-        return False
-    try:
-        event = msgspec.json.decode(payload)
-    except msgspec.DecodeError:
-        return False
-    if not isinstance(event, dict) or not is_occurrence(event):
-        return False
-    parsed = parse_occurrence(event)
-    return isinstance(parsed, Envelope) and parsed.occurrence_id.startswith(prefix)
+    found = occurrence_id_in(payload)
+    return found is not None and found.startswith(prefix)
 
 
 async def latest_published(store: BrokerStore, prefixes: Collection[str]) -> dict[str, str]:
