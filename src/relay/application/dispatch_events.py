@@ -6,6 +6,8 @@ Names and fields of the events are documented in :mod:`relay.domain.events`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from relay.domain.events import (
     DeadLetterWriteFailed,
     InvocationExhausted,
@@ -141,31 +143,16 @@ def result_event(
     transition: Transition,
 ) -> DomainEvent:
     """What one attempt's result means: succeeded, failed (a retry comes) or exhausted."""
+    common: dict[str, Any] = {
+        "function": function,
+        "handler": handler,
+        "message_id": message_id,
+        "attempt": attempt,
+        "duration_s": result.duration_s,
+    }
     if isinstance(transition, Complete):
-        return InvocationSucceeded(
-            function=function,
-            handler=handler,
-            message_id=message_id,
-            attempt=attempt,
-            duration_s=result.duration_s,
-        )
+        return InvocationSucceeded(**common)
+    failure: dict[str, Any] = {"error": result.error, "exit_code": result.exit_code}
     if isinstance(transition, Retry):
-        return InvocationFailed(
-            function=function,
-            handler=handler,
-            message_id=message_id,
-            attempt=attempt,
-            duration_s=result.duration_s,
-            error=result.error,
-            exit_code=result.exit_code,
-            retry_in_s=transition.backoff_ms / 1000,
-        )
-    return InvocationExhausted(
-        function=function,
-        handler=handler,
-        message_id=message_id,
-        attempt=attempt,
-        duration_s=result.duration_s,
-        error=result.error,
-        exit_code=result.exit_code,
-    )
+        return InvocationFailed(**common, **failure, retry_in_s=transition.backoff_ms / 1000)
+    return InvocationExhausted(**common, **failure)
