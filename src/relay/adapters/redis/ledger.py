@@ -64,14 +64,19 @@ def _lua_string(text: str) -> str:
     return f'"{escaped}"'
 
 
+def constants_source() -> str:
+    """The Lua ``local`` lines every script starts with: the domain's constants."""
+    return "".join(
+        f"local {key} = {_lua_string(value)}\n" for key, value in lua_constants().items()
+    )
+
+
 def script_source(name: str) -> str:
     """The source of ``lua/<name>.lua``: the constants of the domain's rules (reason
     texts, reserved names: defined once, in :mod:`relay.domain.ledger_rules`), the
     shared prelude ``lua/common.lua``, then the script."""
     folder = resources.files("relay.adapters.redis").joinpath("lua")
-    constants = "".join(
-        f"local {key} = {_lua_string(value)}\n" for key, value in lua_constants().items()
-    )
+    constants = constants_source()
     common = folder.joinpath("common.lua").read_text()
     body = folder.joinpath(f"{name}.lua").read_text()
     return constants + common + "\n" + body
