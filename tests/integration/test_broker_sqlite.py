@@ -13,7 +13,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -37,6 +36,7 @@ from relay.domain.outcome import (
 )
 from relay.domain.priority import AGING_STEP_MS
 from tests.fakes import FakeClock
+from tests.integration.broker_rows import rows
 
 pytestmark = pytest.mark.anyio
 
@@ -60,14 +60,6 @@ def finish_request(stream: SqliteEventStream, message_id: str, token: str) -> Fi
     report = AttemptReport(field=A, attempt=1, transition=Complete(), error="")
     return FinishRequest(context=ctx(stream, message_id), token=token, reports=(report,),
                          gates=(A,))
-
-
-def rows(path: Path, sql: str, *args: object) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def state_of(path: Path, message_id: str) -> str:

@@ -15,7 +15,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -27,20 +26,13 @@ from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.domain.outcome import BeginRequest, ClaimRequest, MessageContext
 from tests.fakes import FakeClock
+from tests.integration.broker_rows import rows
 from tests.integration.runtime_support import poll
 
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 10.0  # a bound on every wait, so a broken writer fails the test instead of hanging
-
-
-def rows(path: Path, sql: str, *args: object) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 @pytest.fixture

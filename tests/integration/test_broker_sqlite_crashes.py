@@ -9,7 +9,6 @@ from __future__ import annotations
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -20,20 +19,13 @@ from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from tests.fakes import FakeClock
+from tests.integration.broker_rows import rows
 from tests.integration.test_broker_sqlite import begin_request, finish_request
 
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[2]
 SIGKILLED = -9
-
-
-def rows(path: Path, sql: str, *args: object) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 async def publish(path: Path, n: int) -> list[str]:

@@ -8,12 +8,10 @@ container runtime is the in-memory fake.
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -21,20 +19,13 @@ import pytest
 from relay.domain.execution import InvocationResult
 from relay.domain.outcome import DLQ_FIELDS
 from tests.fakes import FakeClock
+from tests.integration.broker_rows import rows
 from tests.integration.broker_world import FIELD, BrokerWorld
 
 pytestmark = pytest.mark.anyio
 
 RELAY = str(Path(sys.executable).with_name("relay"))
 JOB = b'{"kind": "job", "n": 1}'
-
-
-def rows(path: Path, sql: str, *args: object) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 @pytest.fixture

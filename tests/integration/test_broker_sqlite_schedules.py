@@ -9,7 +9,6 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -30,6 +29,7 @@ from relay.domain.errors import DependencyUnavailable
 from relay.domain.execution import InvocationResult
 from relay.entrypoints.cli import app
 from tests.fakes import FakeClock
+from tests.integration.broker_rows import rows
 from tests.integration.broker_world import BrokerWorld
 
 pytestmark = pytest.mark.anyio
@@ -38,14 +38,6 @@ AT = 1_900_000_000  # 2030-03-17T17:46:40Z
 MINUTE = AT - 40  # 2030-03-17T17:46:00Z, a firing of "* * * * *"
 REPO = Path(__file__).resolve().parents[2]
 OCCURRENCES = 200
-
-
-def rows(path: Path, sql: str, *args: object) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 @pytest.fixture
