@@ -18,6 +18,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from relay.application.ports import Clock
+from relay.application.ticker import tick_forever
 from relay.domain.durations import MILLISECOND, SECOND
 from relay.domain.errors import RelayError
 from relay.domain.retention import trim_interval_ns
@@ -81,10 +82,12 @@ class DeadLetterRetention:
             interval_s=self._interval_ns / SECOND,
         )
         task_status.started()
-        await anyio.sleep(self._initial_delay_ns / SECOND)
-        while True:
-            try:
-                await self.trim_once()
-            except (RelayError, OSError) as exc:
-                log.warning("dlq_trim_failed", dlq=self._dead_letters.key, error=str(exc))
-            await anyio.sleep(self._interval_ns / SECOND)
+        await tick_forever(
+            self.trim_once,
+            first_after_ns=self._initial_delay_ns,
+            every_ns=self._interval_ns,
+            retried=(RelayError, OSError),
+            failed=lambda exc: log.warning(
+                "dlq_trim_failed", dlq=self._dead_letters.key, error=str(exc)
+            ),
+        )

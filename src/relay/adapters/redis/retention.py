@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from relay.application.ports import Clock
+from relay.application.ticker import tick_forever
 from relay.domain.durations import SECOND
 from relay.domain.retention import (
     GroupPosition,
@@ -107,13 +108,15 @@ class RetentionTrimmer:
             interval_s=self._interval_ns / SECOND,
         )
         task_status.started()
-        await anyio.sleep(self._initial_delay_ns / SECOND)
-        while True:
-            try:
-                await self.trim_once()
-            except (RedisError, OSError, ValueError) as exc:
-                log.warning("stream_trim_failed", stream=self._stream, error=str(exc))
-            await anyio.sleep(self._interval_ns / SECOND)
+        await tick_forever(
+            self.trim_once,
+            first_after_ns=self._initial_delay_ns,
+            every_ns=self._interval_ns,
+            retried=(RedisError, OSError, ValueError),
+            failed=lambda exc: log.warning(
+                "stream_trim_failed", stream=self._stream, error=str(exc)
+            ),
+        )
 
     async def supports_acked(self) -> bool:
         """Whether the server knows ``XTRIM ... ACKED`` (Redis 8.2+), probed once.
