@@ -116,13 +116,19 @@ def fsync_loop(directory: Path, n: int = 2000) -> dict[str, float]:
 
 
 # --- the raw loop: the same SQL, one transaction per state change ------------------
-def raw_loop(path: Path, n: int) -> float:
+def seeded(path: Path, n: int) -> sqlite3.Connection:
+    """A fresh broker file holding ``n`` ready jobs, published in one transaction."""
     conn = connect(path)
     conn.executescript(open_schema())
     conn.execute("BEGIN IMMEDIATE")
     for _ in range(n):
         jobs.publish(conn, int(time.time() * 1000), "events", PAYLOAD, 2)
     conn.execute("COMMIT")
+    return conn
+
+
+def raw_loop(path: Path, n: int) -> float:
+    conn = seeded(path, n)
     start = time.perf_counter()
     done = 0
     while done < n:
@@ -143,12 +149,7 @@ def raw_loop(path: Path, n: int) -> float:
 def raw_batched(path: Path, n: int, per_tx: int = 16) -> float:
     """Relay's statements for ``per_tx`` jobs a transaction: lease them; write the
     three ledger rows a ``begin`` writes; write the result and acknowledge."""
-    conn = connect(path)
-    conn.executescript(open_schema())
-    conn.execute("BEGIN IMMEDIATE")
-    for _ in range(n):
-        jobs.publish(conn, int(time.time() * 1000), "events", PAYLOAD, 2)
-    conn.execute("COMMIT")
+    conn = seeded(path, n)
     start = time.perf_counter()
     done = 0
     while done < n:
