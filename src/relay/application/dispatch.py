@@ -167,6 +167,7 @@ class _Plan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Run(msgspec.Struct, frozen=True):
+    planned: _Planned  # the invocation this attempt (or release) was of
     report: AttemptReport
     events: tuple[DomainEvent, ...]  # published once the ledger recorded the report
 
@@ -481,7 +482,7 @@ class MessageDispatcher:
             result=result,
             transition=transition,
         )
-        return _Run(report, (event,))
+        return _Run(planned, report, (event,))
 
     async def _invoke(
         self, ctx: MessageContext, payload: bytes, planned: _Planned, guard: Any, attempt: int
@@ -549,10 +550,9 @@ class MessageDispatcher:
             return self._kept(ctx, "finish_failed")
         rejected = set(settled.rejected)
         self._record_breakers(ctx, plan, runs, rejected)
-        by_field = {p.field: p for p in plan.invocations}
         for run in runs:
             if run.report.field in rejected:
-                planned = by_field[run.report.field]
+                planned = run.planned
                 self._notify(
                     fenced_event(
                         ctx.message_id, planned.function, planned.rule.handler, run.report.attempt
@@ -616,9 +616,8 @@ class MessageDispatcher:
             breakers.holding or any(p.template.breaker is not None for p in plan.invocations)
         ):
             return  # the usual case: no breaker involved, nothing to tell
-        by_field = {p.field: p for p in plan.invocations}
         for run in runs:
-            planned = by_field[run.report.field]
+            planned = run.planned
             counts = rejected is not None and planned.field not in rejected
             ok = counted_result(run.report.transition) if counts else None
             key = _breaker_key(ctx, planned)
@@ -669,4 +668,4 @@ def _released(ctx: MessageContext, planned: _Planned, status: ClaimStatus, reaso
         message_id=ctx.message_id,
         reason=reason,
     )
-    return _Run(report, (deferred,))
+    return _Run(planned, report, (deferred,))
