@@ -46,6 +46,7 @@ except ImportError:  # a Python built without it: answers always go through the 
 CHANNEL = os.environ.get("RELAY_CHANNEL") or ""
 END_MARKER = "\x1erelay-end:"
 _MISSING = object()
+_OK = '{"ok": true, "error": ""}'  # json.dumps of the usual answer, made once
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -57,9 +58,10 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _flush_std() -> None:
     for stream in (sys.stdout, sys.stderr):
-        # a handler may have replaced or closed them
-        with contextlib.suppress(Exception):
+        try:
             stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a handler may have replaced or closed them
+            pass
 
 
 _RESOLVED: dict[str, Callable[[Any], Any]] = {}
@@ -106,22 +108,29 @@ def _describe(exc: BaseException) -> str:
 # it does not set goes back to that value, one it sets to the value already in
 # place is not written again (the same function's requests mostly repeat theirs).
 _ORIGINAL: dict[str, object] = {}
+# What this process last wrote to each of them: a value that differs from it
+# (the message id, the deadline) is written without reading the old one first.
+_WRITTEN: dict[str, str] = {}
 
 
 def _apply_env(env: dict[str, str]) -> None:
     for key in [key for key in _ORIGINAL if key not in env]:
         old = _ORIGINAL.pop(key)
+        _WRITTEN.pop(key, None)
         with contextlib.suppress(ValueError):
             if old is _MISSING:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = str(old)
     environ = os.environ
+    written = _WRITTEN
     for key, value in env.items():
         if key not in _ORIGINAL:
             _ORIGINAL[key] = environ.get(key, _MISSING)
-        if environ.get(key) != value:  # a handler may have changed it meanwhile
-            environ[key] = value
+        elif written.get(key) == value and environ.get(key) == value:
+            continue  # as the last request left it (a handler may have changed it)
+        environ[key] = value
+        written[key] = value
 
 
 def _serve_one(line: bytes, answer: Callable[[str, str], None]) -> None:
@@ -155,7 +164,7 @@ def _serve_one(line: bytes, answer: Callable[[str, str], None]) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
     # after the handler's buffered output, on the same fd: stream order
     _flush_std()
-    answer(nonce, json.dumps({"ok": ok, "error": error}))
+    answer(nonce, _OK if ok else json.dumps({"ok": False, "error": error}))
 
 
 def _serve(sources: list[int], answer: Callable[[str, str], None]) -> None:
