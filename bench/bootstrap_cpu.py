@@ -3,8 +3,10 @@
     .venv/bin/python bench/bootstrap_cpu.py [--requests 20000] [--rounds 5] [--old-rev REV]
 
 Runs the bootstrap as a plain host subprocess (no Docker) serving a no-op
-handler, sends ``--requests`` requests one at a time (each with one variable in
-its environment, as Relay sends ``RELAY_HANDLER`` and a template's ``env``), and
+handler, sends ``--requests`` requests one at a time (each with the environment
+Relay sends: one template variable and the handler context of
+``relay.domain.handler_context``, whose message id and deadline change every
+time), and
 reads the process's user + system CPU from ``/proc`` before and after: the
 bootstrap's own cost per request, which a warm container pays on every event.
 The old side is ``python_bootstrap.py`` at ``--old-rev``; the two alternate
@@ -19,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +30,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from _redisbench import process_cpu_s  # noqa: E402
 
 from relay.adapters.docker.bootstraps import END_MARKER_PREFIX as MARKER  # noqa: E402
+from relay.domain.handler_context import HandlerContext, invocation_env  # noqa: E402
 
 SOURCE = "src/relay/adapters/docker/bootstraps/python_bootstrap.py"
 
@@ -49,7 +53,12 @@ def measure(source: bytes, app: Path, requests: int) -> float:
         request = {
             "id": f"n{n}",
             "handler": "bench.noop",
-            "env": {"BENCH_SETTING": "1"},
+            "env": {
+                "BENCH_SETTING": "1",
+                **invocation_env(
+                    "bench.noop", HandlerContext(message_id=f"1700000000000-{n}"), time.time() + 5
+                ),
+            },
             "event": '{"n": 1}',
             "timeout_s": 5,
         }

@@ -58,7 +58,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _flush_std() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        try:  # noqa: SIM105 - not contextlib.suppress: a context manager per stream per request
             stream.flush()
         except Exception:  # noqa: BLE001, S110 - a handler may have replaced or closed them
             pass
