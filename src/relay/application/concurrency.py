@@ -17,10 +17,9 @@ checkpoints and borrower bookkeeping per event).
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from types import TracebackType
-
-import anyio
 
 from relay.domain.execution import SlotUnavailable
 
@@ -34,12 +33,19 @@ class _Limit:
 
 
 class _Waiter:
+    """One blocked acquisition: ``wake`` is done once it is granted or gives up."""
+
     __slots__ = ("granted", "limit", "wake")
 
-    def __init__(self, limit: _Limit) -> None:
+    def __init__(self, limit: _Limit, wake: asyncio.Future[None]) -> None:
         self.limit = limit
-        self.wake = anyio.Event()
+        self.wake = wake
         self.granted = False
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():  # (cancelled with its task, or already woken)
+        future.set_result(None)
 
 
 class Slots:
@@ -101,15 +107,21 @@ class Slots:
             return limit
         self.waits_total += 1
         self.waits_by_function[function] = self.waits_by_function.get(function, 0) + 1
-        waiter = _Waiter(limit)
+        # A bare future and one timer handle, not an Event in a cancel scope: nearly
+        # every invocation of a busy worker waits here, and the scope's entry and
+        # exit cost several microseconds each (bench/dispatch_cpu.py).
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(limit, loop.create_future())
         self._waiters.append(waiter)
+        timer = loop.call_later(self.wait_s, _wake, waiter.wake)
         try:
-            with anyio.move_on_after(self.wait_s):
-                await waiter.wake.wait()
+            await waiter.wake
         except BaseException:
             # cancelled from outside (shutdown): give back a slot granted meanwhile
             self._abandon(waiter)
             raise
+        finally:
+            timer.cancel()
         if not waiter.granted:  # granted as the timer fired: the slot is ours
             self._abandon(waiter)
             self.timeouts_total += 1
@@ -147,7 +159,7 @@ class Slots:
                 waiters.remove(waiter)
                 self._hold(waiter.limit)
                 waiter.granted = True
-                waiter.wake.set()
+                _wake(waiter.wake)
 
 
 class _Held:
