@@ -17,7 +17,8 @@ The other worker is idle meanwhile. Consecutive bursts see nearly the same
 machine, so the ratio within a pair is far steadier than two separate runs of
 ``bench/throughput.py`` on a noisy machine. The table prints every pair and the
 medians. Read the spread too: ``--baseline-rev HEAD`` with a clean tree measures
-the harness against itself (a run here: median 1.004, pairs 0.75 to 1.25).
+the harness against itself (two runs here: medians 1.004 and 1.012, pairs 0.75
+to 1.25).
 
 Not a test: no assertions on the figures.
 """
