@@ -585,10 +585,18 @@ def start_worker(
 
 
 def start_noop_worker(
-    *, url: str, stream: str, group: str, root: Path, function: str, name: str, concurrency: int
+    *,
+    url: str,
+    stream: str,
+    group: str,
+    root: Path,
+    function: str,
+    name: str,
+    concurrency: int,
+    extra_env: dict[str, str] | None = None,
 ) -> Worker:
     """``relay start`` on one no-op Python function with MAX_CONCURRENCY =
-    ``concurrency`` (so that many warm containers), LOG_LEVEL=WARN."""
+    ``concurrency`` (so that many warm containers), LOG_LEVEL=WARN, plus ``extra_env``."""
     functions = write_function(
         root / "functions",
         function,
@@ -602,7 +610,7 @@ def start_noop_worker(
         functions=functions,
         workdir=root,
         name=name,
-        extra_env={"MAX_CONCURRENCY": str(concurrency)},
+        extra_env={"MAX_CONCURRENCY": str(concurrency), **(extra_env or {})},
     )
 
 

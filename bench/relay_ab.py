@@ -26,7 +26,6 @@ Not a test: no assertions on the figures.
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import statistics
 import subprocess
@@ -85,24 +84,17 @@ def start_side(label: str, url: str, root: Path, pythonpath: Path | None) -> Sid
     function = stream = f"bench-ab-{label}-{suffix}"
     home = root / label
     home.mkdir()
-    saved = os.environ.get("PYTHONPATH")
-    if pythonpath is not None:  # the worker inherits it: its relay package comes first
-        os.environ["PYTHONPATH"] = str(pythonpath)
-    try:
-        worker = start_noop_worker(
-            url=url,
-            stream=stream,
-            group=GROUP,
-            root=home,
-            function=function,
-            name=f"bench-ab-{label}",
-            concurrency=4,
-        )
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+    worker = start_noop_worker(
+        url=url,
+        stream=stream,
+        group=GROUP,
+        root=home,
+        function=function,
+        name=f"bench-ab-{label}",
+        concurrency=4,
+        # first on the worker's path: its relay package is that source, not the venv's
+        extra_env={"PYTHONPATH": str(pythonpath)} if pythonpath is not None else None,
+    )
     return Side(label, worker, function, stream, [])
 
 
