@@ -509,6 +509,13 @@ class InMemoryLedger:
         h = self._call("malformed", request.context.message_id)
         return ledger_rules.dead_letter_malformed(h, request, _MemoryEffects(self, request.context))
 
+    async def begin_many(self, requests: Sequence[BeginRequest]) -> list[BeginResult]:
+        # TODO(batched core): one call for the batch; today each request in turn.
+        return [await self.begin(request) for request in requests]
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Settlement]:
+        return [await self.finish(request) for request in requests]
+
     def _entry(
         self,
         ctx: MessageContext,

@@ -124,6 +124,18 @@ class InvocationLedger(Protocol):
         """Write the message's one placeholder DLQ entry (once), then ACK."""
         ...
 
+    async def begin_many(self, requests: Sequence[BeginRequest]) -> list[BeginResult]:
+        """``begin`` for every request of a batch (distinct messages), in one atomic
+        call (one script on Redis; one transaction on SQLite); answers in order.
+        Raises ``DependencyUnavailable`` when the call failed (then nothing was
+        claimed; every request is safe to repeat with its token)."""
+        ...
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Settlement]:
+        """``finish`` for every request of a group (distinct messages), in one
+        atomic call; answers in order. Raises ``DependencyUnavailable``."""
+        ...
+
     async def renew(self, request: RenewRequest) -> int:
         """Extend a claim still held by ``request.token`` to at least ``lease_ms``
         from now; its new deadline, or 0 when the claim is no longer ours."""

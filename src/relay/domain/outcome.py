@@ -196,12 +196,16 @@ def unique_in_order(items: Iterable[str]) -> tuple[str, ...]:
 class StreamMessage(msgspec.Struct, frozen=True, kw_only=True):
     """One delivered stream entry. ``payload`` is the raw ``event`` field (``None``
     when the field is missing); ``deliveries`` is the broker's delivery count
-    (diagnostic only); ``reclaimed`` marks a recovery-loop delivery."""
+    (diagnostic only); ``reclaimed`` marks a recovery-loop delivery (or any
+    delivery after the first); ``delivery`` is the broker's opaque handle of this
+    delivery (the embedded broker's lease token; empty on Redis), carried to the
+    ledger on :attr:`MessageContext.delivery`."""
 
     id: str
     payload: bytes | None
     deliveries: int = 1
     reclaimed: bool = False
+    delivery: str = ""
 
 
 class Reclaimed(msgspec.Struct, frozen=True, kw_only=True):
@@ -220,6 +224,7 @@ class MessageContext(msgspec.Struct, frozen=True, kw_only=True):
     consumer: str
     message_id: str
     timestamp: str  # RFC 3339, stamped on any DLQ entry written by the call
+    delivery: str = ""  # the broker's handle of this delivery (StreamMessage.delivery)
 
 
 class ClaimRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -301,12 +306,15 @@ class BeginResult(msgspec.Struct, frozen=True, kw_only=True):
     (and for a re-send of that same call). ``unplanned``: invocations the ledger
     records as not yet terminal that the request neither claimed, gated nor
     released (a rule that no longer matches, a function that is not loaded): the
-    caller decides what each is and begins again with them."""
+    caller decides what each is and begins again with them. ``lost``: the broker
+    no longer holds this delivery for this consumer (another consumer took the
+    message first): nothing was classified, claimed or settled; drop it quietly."""
 
     newly_classified: bool
     statuses: tuple[ClaimStatus, ...]
     settlement: Settlement = Settlement()
     unplanned: tuple[str, ...] = ()
+    lost: bool = False
 
 
 class AttemptReport(msgspec.Struct, frozen=True, kw_only=True):

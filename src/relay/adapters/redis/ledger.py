@@ -204,6 +204,13 @@ class RedisInvocationLedger:
         args = [request.field, str(request.attempt), request.token, str(request.lease_ms)]
         return int(await self._channel.call(self._renew, keys, args))
 
+    async def begin_many(self, requests: Sequence[BeginRequest]) -> list[BeginResult]:
+        # TODO(batched core): one atomic call for the batch; today each in turn.
+        return [await self.begin(request) for request in requests]
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Settlement]:
+        return [await self.finish(request) for request in requests]
+
     async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
         keys, head = self._head(request.context, False)
         args = [head, request.reason, request.event]

@@ -18,7 +18,7 @@ holder settles it from the ledger.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import TypeVar
 
 from relay.adapters.sqlite.broker import jobs
@@ -218,6 +218,13 @@ class SqliteInvocationLedger:
         return await self._step(
             request.context, lambda h, now, fx: ledger_rules.finish(h, request, now, fx)
         )
+
+    async def begin_many(self, requests: Sequence[BeginRequest]) -> list[BeginResult]:
+        # TODO(batched core): one atomic call for the batch; today each in turn.
+        return [await self.begin(request) for request in requests]
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Settlement]:
+        return [await self.finish(request) for request in requests]
 
     async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
         return await self._step(
