@@ -17,8 +17,6 @@ from typing import IO, Annotated, Final
 import anyio
 import typer
 
-from relay.adapters.redis.connection import connect_redis
-from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 from relay.domain.errors import ConfigError, EventError, RelayError
 from relay.domain.priority import InvalidPriority, priority_class
 from relay.entrypoints.cli.brokers import broker_settings, open_store
@@ -116,13 +114,18 @@ async def _publish(
     broker, redis_settings = settings
     done = 0
     try:
+        # each broker's client imported on its own path (docs/cli.md, Startup)
         if broker.embedded:
+            from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
+
             async with open_store(broker, create=True) as store:
                 publisher = SqliteEventPublisher(store, redis_settings.stream)
                 for batch in batches:
                     ids = await publisher.publish([(p, priority) for p in batch])
                     done += _print(ids)
             return
+        from relay.adapters.redis.connection import connect_redis
+
         client = await connect_redis(redis_settings.url)
         try:
             for batch in batches:
