@@ -113,6 +113,30 @@ async def redis_target_problem(redis: Redis, stream: str, group: str | None) -> 
     return f"group {group!r} does not exist on stream {stream!r} (REDIS_GROUP names it; {known})"
 
 
+async def unread_stream_note(redis: Redis, stream: str, group: str) -> str | None:
+    """After ``relay publish`` on Redis: one line when no consumer group reads
+    ``stream`` yet (``group``, the configured ``REDIS_GROUP``, or any when unset).
+    The events are kept: the worker creates its group from the stream's start."""
+    from redis.exceptions import ResponseError
+
+    try:
+        groups: Any = await redis.xinfo_groups(stream)
+    except ResponseError:  # the stream went meanwhile: nothing to say about groups
+        return None
+    names = {_text(g.get("name", "")) for g in groups}
+    if group and group not in names:
+        return (
+            f"no consumer group {group!r} reads stream {stream!r} yet (REDIS_GROUP names it);"
+            " the events wait there until a worker creates it"
+        )
+    if not group and not names:
+        return (
+            f"no consumer group reads stream {stream!r} yet;"
+            " the events wait there until a worker creates one"
+        )
+    return None
+
+
 async def sqlite_target_problem(store: BrokerStore, stream: str) -> str | None:
     """The embedded broker has one group per file, so only the stream can be wrong:
     a file that holds jobs or dead letters of other streams only."""
