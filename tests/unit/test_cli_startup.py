@@ -48,7 +48,7 @@ _RUN = """
 import atexit, json, os, sys
 def _write():
     with open(os.environ["MODULES_OUT"], "w") as f:
-        json.dump(sorted(sys.modules), f)
+        json.dump(sorted(k for k, v in list(sys.modules.items()) if v is not None), f)
 atexit.register(_write)
 sys.argv = ["relay", *sys.argv[1:]]
 from relay.entrypoints.cli import main
@@ -104,11 +104,19 @@ def test_publish_to_the_embedded_broker_imports_no_client(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     "args",
     [[g, "--help"] for g in ("function", "dlq", "stats", "schedule", "secret", "git")]
-    + [["trace", "--help"], ["start", "--help"], ["function", "ls", "--json"]],
+    + [["trace", "--help"], ["start", "--help"], ["function", "ls", "--json"],
+       ["function", "validate", "{functions}"]],
     ids=" ".join,
 )
 def test_group_help_and_function_ls_import_no_client(tmp_path: Path, args: list[str]) -> None:
     env = {"RELAY_STATE_DIR": str(tmp_path / "state"), "RELAY_RUN_DIR": str(tmp_path / "run")}
+    functions = tmp_path / "functions" / "demo"  # validate: offline, so no client either
+    functions.mkdir(parents=True)
+    (functions / "template.yaml").write_text(
+        "runtime: python3.14\nevents:\n  - handler: main.handler\n    pattern: {a: [1]}\n"
+    )
+    (functions / "main.py").write_text("def handler(event):\n    return None\n")
+    args = [a.format(functions=functions.parent) for a in args]
     modules = _imported(tmp_path, args, env)
     _assert_none(modules, HEAVY, f"relay {' '.join(args)}")
 

@@ -3,11 +3,13 @@
 Subcommands load lazily (``lazy.py``): this module imports typer and nothing of
 the commands, so ``relay --version``, ``relay --help`` and every command start
 without importing what only another command needs (``docs/cli.md``, Startup).
+``main`` also keeps ``rich`` out of the process (see there).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated
 
 import typer
@@ -72,4 +74,10 @@ def _root(
 
 
 def main() -> None:
+    # Relay renders its own help and log lines without rich, yet structlog imports
+    # it when installed (for tracebacks it never draws here: ~0.15 s per command
+    # that logs). None in sys.modules makes `import rich` fail as if rich were
+    # absent, so structlog (and typer's completion) take their plain paths; the
+    # console entry point only, so an embedding program keeps its rich.
+    sys.modules.setdefault("rich", None)  # type: ignore[arg-type]  # None: "not installed"
     app()
