@@ -203,3 +203,11 @@ def test_plain_values_answer_as_typer_does(option: str, value: str) -> None:
     assert plain == typer_own
     if plain[0] == "ok" and option == "--number":
         assert type(plain[1]["number"]) is int
+
+
+def test_help_lists_commands_in_the_tables_order_whatever_was_loaded_first() -> None:
+    root = typer.main.get_command(cli.app)
+    assert isinstance(root, TyperGroup)
+    _ = root.commands["git"], root.commands["trace"]  # loaded out of order
+    ctx = root.make_context("relay", ["--help"], resilient_parsing=True)
+    assert root.list_commands(ctx) == list(cli.COMMANDS)

@@ -70,8 +70,9 @@ class _Commands(MutableMapping[str, _click.Command]):
         self._lazy.pop(name, None)
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._loaded
-        yield from (name for name in self._lazy if name not in self._loaded)
+        # the table's order whatever was loaded first: help lists commands in it
+        yield from (name for name in self._loaded if name not in self._lazy)
+        yield from self._lazy
 
     def __len__(self) -> int:
         return len(set(self._loaded) | set(self._lazy))
