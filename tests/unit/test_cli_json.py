@@ -234,6 +234,7 @@ def test_stats_json_before_reset_is_a_usage_error(env: dict[str, str]) -> None:
 
 # --- secret ls ----------------------------------------------------------------------
 def test_secret_ls_json_lists_names_never_values(env: dict[str, str]) -> None:
+    Path(env["RELAY_STATE_DIR"]).mkdir()  # a missing one is an error (row 233)
     empty = run(env, "secret", "ls", "--json")
     assert empty.exit_code == 0, empty.output
     assert assert_matches_schema(empty.stdout)["secrets"] == []

@@ -239,5 +239,55 @@ def test_cli_set_allow_empty_is_a_flag_and_a_bad_name_is_refused_before_reading(
     assert "does not take a value" in valued.stderr
     bad = runner.invoke(app, ["secret", "set", "Bad/Name"], input="", env=env)
     assert bad.exit_code == 1
-    assert bad.stderr.startswith("relay: invalid secret name 'Bad/Name'")
+    assert bad.stderr.startswith("relay: invalid secret name (8 characters, not shown)")
     assert not (tmp_path / "secrets").exists()
+
+
+CREDENTIAL = "postgres://admin:hunter2-s3cr3t@db.internal/app"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["secret", "set", CREDENTIAL], ["secret", "rm", CREDENTIAL],
+     ["git", "set", "git@example.com:o/r.git", "--webhook-secret", CREDENTIAL]],
+    ids=["secret set", "secret rm", "git set --webhook-secret"],
+)
+def test_a_credential_pasted_as_a_secret_name_is_never_echoed(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """Row 232: the error says what is wrong with the name and its length, never the
+    name (issue 35 item 13: it echoed ``postgres://admin:...``)."""
+    env = {"RELAY_STATE_DIR": str(tmp_path)}
+    done = CliRunner().invoke(app, args, input="", env=env)
+    assert done.exit_code == 1
+    [line] = done.stderr.splitlines()
+    assert line == (
+        f"relay: invalid secret name ({len(CREDENTIAL)} characters, not shown):"
+        " may contain only lowercase letters, digits, '.', '_' and '-'"
+    )
+    for part in ("hunter2", "s3cr3t", "admin", "postgres", "db.internal"):
+        assert part not in done.output
+
+
+@pytest.mark.parametrize("kind", ["missing", "a file"])
+@pytest.mark.parametrize("json_flag", [[], ["--json"]], ids=["table", "json"])
+def test_secret_ls_of_an_unusable_state_dir_fails_in_one_line(
+    tmp_path: Path, kind: str, json_flag: list[str]
+) -> None:
+    """Row 233: a wrong RELAY_STATE_DIR is an error (exit 1), not an empty table."""
+    state = tmp_path / "state"
+    if kind == "a file":
+        state.write_text("")
+    done = CliRunner().invoke(app, ["secret", "ls", *json_flag],
+                              env={"RELAY_STATE_DIR": str(state)})  # fmt: skip
+    assert done.exit_code == 1
+    assert done.stdout == ""
+    [line] = done.stderr.splitlines()
+    reason = "does not exist" if kind == "missing" else "is not a directory"
+    assert line == f"relay: state directory {state} {reason} (RELAY_STATE_DIR names it)"
+
+
+def test_secret_ls_of_a_state_dir_without_secrets_is_an_empty_answer(tmp_path: Path) -> None:
+    done = CliRunner().invoke(app, ["secret", "ls"], env={"RELAY_STATE_DIR": str(tmp_path)})
+    assert done.exit_code == 0, done.stderr
+    assert done.stdout == "NAME\n"

@@ -452,6 +452,16 @@ def test_secret_references_must_be_secret_names(ref: object) -> None:
     assert line.startswith("secrets.DB: ")
 
 
+def test_a_credential_given_as_a_secret_reference_is_never_echoed() -> None:
+    """Row 232: a connection URL pasted where the secret's name belongs."""
+    doc = with_rule()
+    doc["secrets"] = {"DB": "postgres://admin:hunter2@db/x"}
+    assert problems(doc) == [
+        "secrets.DB: invalid secret name (29 characters, not shown):"
+        " may contain only lowercase letters, digits, '.', '_' and '-'"
+    ]
+
+
 @pytest.mark.parametrize("section", ["env", "secrets"])
 def test_env_and_secrets_must_be_maps(section: str) -> None:
     doc = with_rule()

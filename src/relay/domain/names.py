@@ -82,10 +82,25 @@ def is_valid_secret_name(name: str) -> bool:
     return secret_name_problem(name) is None
 
 
-def validate_secret_name(name: str) -> None:
+def secret_name_error(name: str) -> str | None:
+    """The error line for an invalid secret name, or ``None`` when it is valid.
+
+    The name itself is never shown, only its length: what gets pasted where a
+    secret's name belongs is, often enough, the secret (a connection URL, a token)."""
     problem = secret_name_problem(name)
-    if problem is not None:
-        raise InvalidNameError(f"invalid secret name {json.dumps(name)}: {problem}")
+    if problem is None:
+        return None
+    return f"invalid secret name ({_characters(len(name))}, not shown): {problem}"
+
+
+def _characters(count: int) -> str:
+    return "1 character" if count == 1 else f"{count} characters"
+
+
+def validate_secret_name(name: str) -> None:
+    error = secret_name_error(name)
+    if error is not None:
+        raise InvalidNameError(error)
 
 
 def is_valid_env_name(name: str) -> bool:

@@ -19,7 +19,7 @@ from croniter import CroniterError, croniter
 
 from relay.domain.durations import DurationError, format_duration, parse_duration
 from relay.domain.errors import TemplateError
-from relay.domain.names import RESERVED_ENV_NAMES, is_valid_env_name, secret_name_problem
+from relay.domain.names import RESERVED_ENV_NAMES, is_valid_env_name, secret_name_error
 from relay.domain.patterns import CompiledPattern, compile_pattern, show
 
 MISSING: Final = object()
@@ -371,8 +371,8 @@ def _secret_value(value: object, where: str, problems: list[str]) -> str | None:
     if not isinstance(value, str):
         problems.append(f"{where}: must be a secret name (got {kind_of(value)})")
         return None
-    problem = secret_name_problem(value)
-    if problem is not None:
-        problems.append(f"{where}: secret name {show(value)} {problem}")
+    error = secret_name_error(value)  # never the value: it may be the secret itself
+    if error is not None:
+        problems.append(f"{where}: {error}")
         return None
     return value

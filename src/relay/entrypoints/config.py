@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from redis.connection import parse_url as redis_parse_url
-
 from relay.domain.durations import MINUTE, SECOND, DurationError, parse_duration
 from relay.domain.errors import ConfigError
 from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
@@ -385,6 +383,9 @@ def parse_redis_uri(value: str) -> str:
             raise ValueError(value) from None
         if port is not None and not 1 <= port <= 65535:
             raise ValueError(value)
+        # imported here: every admin command loads this module, few parse a URL
+        from redis.connection import parse_url as redis_parse_url  # noqa: PLC0415
+
         try:
             redis_parse_url(value)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
         except ValueError as exc:

@@ -24,6 +24,7 @@ from pathlib import Path
 from relay.adapters.fs.private import private_directory
 from relay.domain.errors import InvalidNameError, RelayError
 from relay.domain.execution import SecretNotFound
+from relay.domain.names import secret_name_error
 
 _NAME = re.compile(r"[a-z0-9_-]([a-z0-9._-]{0,61}[a-z0-9_-])?")
 _TMP_PREFIX = ".tmp-"
@@ -71,12 +72,10 @@ def _check_no_nul(name: str, value: str) -> None:
 
 def validate_secret_name(name: str) -> str:
     """Lowercase letters, digits, ``.``, ``_``, ``-``; no leading or trailing
-    ``.``; at most 63 characters."""
-    if not _NAME.fullmatch(name):
-        raise InvalidNameError(
-            f"invalid secret name {name!r}: use lowercase letters, digits, '.', '_' or '-', "
-            "no leading or trailing '.', at most 63 characters"
-        )
+    ``.``; at most 63 characters (the domain's rule; the error never shows the name)."""
+    error = secret_name_error(name)
+    if error is not None:
+        raise InvalidNameError(error)
     return name
 
 

@@ -1,7 +1,9 @@
 """Which broker an admin command talks to, from the environment.
 
 ``RELAY_BROKER=sqlite`` opens the embedded broker file (``RELAY_BROKER_PATH``);
-otherwise Redis (``REDIS_URI``, ``REDIS_STREAM``), exactly as before.
+otherwise Redis (``REDIS_URI``, ``REDIS_STREAM``), exactly as before. The Redis
+client and the broker are imported inside the functions that use them: every
+admin command imports this module, and each needs one broker at most.
 """
 
 from __future__ import annotations
@@ -10,22 +12,23 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import anyio
-from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
 
-from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
-from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
-from relay.adapters.sqlite.broker.store import BrokerStore
-from relay.adapters.system import SystemClock
 from relay.domain.errors import DependencyUnavailable, RelayError
 from relay.entrypoints.cli.common import fail
 from relay.entrypoints.config import BrokerSettings, RedisSettings, load_broker_settings
 
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
+    from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
+    from relay.adapters.sqlite.broker.store import BrokerStore
+
 T = TypeVar("T")
-DeadLetters = RedisDeadLetterReader | SqliteDeadLetterReader
+DeadLetters: TypeAlias = "RedisDeadLetterReader | SqliteDeadLetterReader"
 
 
 def broker_settings(*, need_group: bool = False) -> tuple[BrokerSettings, RedisSettings]:
@@ -44,6 +47,9 @@ async def open_store(broker: BrokerSettings, *, create: bool) -> AsyncIterator[B
             f"broker file {broker.path} does not exist (RELAY_BROKER_PATH names it;"
             " relay start or relay publish creates it)"
         )
+    from relay.adapters.sqlite.broker.store import BrokerStore
+    from relay.adapters.system import SystemClock
+
     store = await anyio.to_thread.run_sync(BrokerStore, broker.path, SystemClock())
     try:
         yield store
@@ -60,9 +66,13 @@ def with_dead_letters(
 
     async def run() -> T:
         if broker.embedded:
+            from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
+
             async with open_store(broker, create=False) as store:
                 return await action(SqliteDeadLetterReader(store))
-        redis = Redis.from_url(redis_settings.url, socket_connect_timeout=5, socket_timeout=10)
+        from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
+
+        redis = redis_client(redis_settings.url)
         try:
             return await action(RedisDeadLetterReader(redis, redis_settings.stream))
         finally:
@@ -82,6 +92,8 @@ def with_dead_letters(
 async def redis_target_problem(redis: Redis, stream: str, group: str | None) -> str | None:
     """Why ``stream`` (and ``group``, when given) cannot be read on this server, or
     ``None`` when both exist. One line naming the variable to fix; never the URL."""
+    from redis.exceptions import RedisError, ResponseError
+
     try:
         groups: Any = await redis.xinfo_groups(stream)
     except ResponseError as exc:
@@ -99,6 +111,30 @@ async def redis_target_problem(redis: Redis, stream: str, group: str | None) -> 
         return None
     known = f"its groups: {', '.join(names)}" if names else "it has no consumer groups"
     return f"group {group!r} does not exist on stream {stream!r} (REDIS_GROUP names it; {known})"
+
+
+async def unread_stream_note(redis: Redis, stream: str, group: str) -> str | None:
+    """After ``relay publish`` on Redis: one line when no consumer group reads
+    ``stream`` yet (``group``, the configured ``REDIS_GROUP``, or any when unset).
+    The events are kept: the worker creates its group from the stream's start."""
+    from redis.exceptions import ResponseError
+
+    try:
+        groups: Any = await redis.xinfo_groups(stream)
+    except ResponseError:  # the stream went meanwhile: nothing to say about groups
+        return None
+    names = {_text(g.get("name", "")) for g in groups}
+    if group and group not in names:
+        return (
+            f"no consumer group {group!r} reads stream {stream!r} yet (REDIS_GROUP names it);"
+            " the events wait there until a worker creates it"
+        )
+    if not group and not names:
+        return (
+            f"no consumer group reads stream {stream!r} yet;"
+            " the events wait there until a worker creates one"
+        )
+    return None
 
 
 async def sqlite_target_problem(store: BrokerStore, stream: str) -> str | None:
@@ -137,7 +173,7 @@ def require_stream(
         if broker.embedded:
             async with open_store(broker, create=False) as store:
                 return await sqlite_target_problem(store, redis_settings.stream)
-        redis = Redis.from_url(redis_settings.url, socket_connect_timeout=5, socket_timeout=10)
+        redis = redis_client(redis_settings.url)
         try:
             return await redis_target_problem(
                 redis, redis_settings.stream, redis_settings.group if group else None
@@ -151,6 +187,13 @@ def require_stream(
         fail(str(exc))
     if problem is not None:
         fail(problem)
+
+
+def redis_client(url: str) -> Redis:
+    """The admin commands' Redis client: short timeouts, one command at a time."""
+    from redis.asyncio import Redis
+
+    return Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
 
 
 def _text(value: Any) -> str:

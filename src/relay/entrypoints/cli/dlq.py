@@ -22,12 +22,11 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
-from relay.adapters.redis.dlq_reader import StoredDeadLetter
 from relay.domain.dlq_selection import DEFAULT_RATE
 from relay.entrypoints.cli.brokers import (
     DeadLetters,
@@ -52,6 +51,9 @@ from relay.entrypoints.cli.dlq_select import (
 )
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import BrokerSettings, RedisSettings, load_paths
+
+if TYPE_CHECKING:  # the reader's module imports redis; a type needs none of it
+    from relay.adapters.redis.dlq_reader import StoredDeadLetter
 
 T = TypeVar("T")
 

@@ -20,17 +20,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import typer
 
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
-from relay.adapters.redis.dlq_reader import StoredDeadLetter
 from relay.domain.dlq_selection import InvalidSelection, RateLimit, Selection, parse_rate
 from relay.entrypoints.cli.brokers import with_dead_letters
 from relay.entrypoints.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, fail, out
 from relay.entrypoints.cli.dlq_select import check_function_known, discard_all, select
 from relay.entrypoints.config import BrokerSettings, RedisSettings, load_paths
+
+if TYPE_CHECKING:  # the reader's module imports redis; a type needs none of it
+    from relay.adapters.redis.dlq_reader import StoredDeadLetter
 
 Settings = tuple[BrokerSettings, RedisSettings]
 

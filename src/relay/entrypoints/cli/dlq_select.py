@@ -13,16 +13,18 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from relay.adapters.redis.dlq_reader import StoredDeadLetter
 from relay.adapters.sqlite.db import open_db_readonly
 from relay.domain.dlq_selection import InvalidSelection, Selection, parse_limit, parse_time_bound
 from relay.entrypoints.cli.brokers import DeadLetters
 from relay.entrypoints.cli.common import EXIT_USAGE, fail
 from relay.entrypoints.config import load_paths
+
+if TYPE_CHECKING:  # the reader's module imports redis; a type needs none of it
+    from relay.adapters.redis.dlq_reader import StoredDeadLetter
 
 FunctionOpt = Annotated[
     str | None, typer.Option("--function", help="Only entries of this function.")

@@ -16,12 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import msgspec
 import typer
-from redis.asyncio import Redis
 
-from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
-from relay.adapters.redis.stream_sample import RedisStreamSample, entry_time
-from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
-from relay.adapters.sqlite.broker.sample import SqliteStreamSample
 from relay.application.dry_run import (
     DryRun,
     DryRunReport,
@@ -34,7 +29,7 @@ from relay.application.ports import StreamSample
 from relay.domain.durations import DurationError, parse_duration
 from relay.domain.errors import RelayError
 from relay.domain.outcome import rfc3339
-from relay.entrypoints.cli.brokers import DeadLetters, broker_settings, open_store
+from relay.entrypoints.cli.brokers import DeadLetters, broker_settings, open_store, redis_client
 from relay.entrypoints.cli.common import EXIT_FAILURE, EXIT_USAGE, fail, out
 from relay.entrypoints.cli.json_output import emit_json
 from relay.entrypoints.config import DEFAULT_MAX_EVENT_BYTES, parse_event_bytes
@@ -181,13 +176,21 @@ def run_dry(loaded: list[Loaded], request: Request, *, as_json: bool) -> None:
         async for entry in entries:
             counter.add(entry)
 
+    # each broker's readers imported on its own path: `function validate` and a
+    # match against one event (this module's neighbours) need neither
     async def run() -> None:
         if broker.embedded:
+            from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
+            from relay.adapters.sqlite.broker.sample import SqliteStreamSample
+
             async with open_store(broker, create=False) as store:
                 local = SqliteDeadLetterReader(store) if request.source == "dlq" else None
                 await read_all(SqliteStreamSample(store, stream), local)
             return
-        redis = Redis.from_url(redis_settings.url, socket_connect_timeout=5, socket_timeout=10)
+        from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
+        from relay.adapters.redis.stream_sample import RedisStreamSample
+
+        redis = redis_client(redis_settings.url)
         try:
             dead = RedisDeadLetterReader(redis, stream) if request.source == "dlq" else None
             await read_all(RedisStreamSample(redis, stream), dead)
@@ -214,6 +217,8 @@ async def dead_letter_events(
 ) -> AsyncIterator[SampledEntry]:
     """The original events of the dead-letter entries, newest entry first, each
     original message once (one entry per exhausted handler shares its event)."""
+    from relay.adapters.redis.stream_sample import entry_time
+
     seen: set[str] = set()
     async for stored in reader.entries(newest_first=True):
         if since_ms is not None and stored.created_ms < since_ms:

@@ -1,10 +1,12 @@
 """``relay publish``: append events to whichever broker the environment selects.
 
 ``--event '{...}'`` (``--count N`` times), or JSON lines on stdin (one event
-object per line, blank lines skipped). Every event is checked first: a JSON
-object of at most ``MAX_EVENT_BYTES``. On the embedded broker ``--priority``
-sets the class (critical, high, normal, low); Redis has no priority, so there
-it is ignored with one note on stderr. Prints each new message id.
+object per line, blank lines skipped; see ``publish_input``). Every event is
+checked first: a JSON object of at most ``MAX_EVENT_BYTES``. On the embedded
+broker ``--priority`` sets the class (critical, high, normal, low); Redis has no
+priority, so there it is ignored with one note on stderr, and a stream no
+consumer group reads yet gets one note too (the events wait for the worker that
+creates it). Prints each new message id.
 """
 
 from __future__ import annotations
@@ -12,26 +14,22 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from typing import IO, Annotated, Final
+from typing import Annotated
 
 import anyio
 import typer
 
-from relay.adapters.redis.connection import connect_redis
-from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
-from relay.domain.errors import ConfigError, EventError, RelayError
+from relay.domain.errors import ConfigError, DependencyUnavailable, EventError, RelayError
 from relay.domain.priority import InvalidPriority, priority_class
 from relay.entrypoints.cli.brokers import broker_settings, open_store
 from relay.entrypoints.cli.common import fail, out
-from relay.entrypoints.cli.event_input import parse_event
+from relay.entrypoints.cli.publish_input import StdinRun, repeated
 from relay.entrypoints.config import (
     DEFAULT_MAX_EVENT_BYTES,
     BrokerSettings,
     RedisSettings,
     parse_event_bytes,
 )
-
-BATCH: Final = 500  # events per transaction (or per pipeline on Redis)
 
 
 def register(app: typer.Typer) -> None:
@@ -51,6 +49,7 @@ def publish(
     """Publish ``--event`` (``--count`` times) or the JSON lines on stdin."""
     if count < 1:
         fail("--count must be a positive integer")
+    run = StdinRun(report=lambda line: typer.echo(f"relay: {line}", err=True))
     try:
         if priority is not None:
             priority_class(priority)
@@ -59,12 +58,25 @@ def publish(
         if priority is not None and not settings[0].embedded:
             typer.echo("relay: note: the Redis broker has no priority; --priority is ignored",
                        err=True)
-        batches = _batches(event, count, sys.stdin, limit)
+        batches = _batches(event, count, run, limit)
         anyio.run(_publish, settings, batches, priority)
     except InvalidPriority as exc:
         fail(f"--priority: {exc}")
     except RelayError as exc:
         fail(str(exc))
+    if run.bad:  # each bad line is reported already; the summary, when it adds to them
+        summary = run.summary()
+        if summary is not None:
+            fail(summary)
+        raise typer.Exit(1)
+
+
+def _batches(event: str | None, count: int, run: StdinRun, limit: int) -> Iterator[list[bytes]]:
+    if event is not None:
+        return repeated(event, count, limit)
+    if sys.stdin.isatty():
+        raise EventError("no event given: pass --event '{...}' or pipe JSON lines on stdin")
+    return run.batches(sys.stdin.buffer, limit)
 
 
 def _max_event_bytes() -> int:
@@ -79,65 +91,54 @@ def _max_event_bytes() -> int:
         ) from None
 
 
-def _checked(text: str, source: str, limit: int) -> bytes:
-    payload = text.strip().encode()
-    if len(payload) > limit:
-        raise EventError(f"{source}: event is {len(payload)} bytes, over MAX_EVENT_BYTES ({limit})")
-    parse_event(text, source)
-    return payload
-
-
-def _batches(event: str | None, count: int, stdin: IO[str], limit: int) -> Iterator[list[bytes]]:
-    """Checked payloads, ``BATCH`` at a time (stdin is read as it is published)."""
-    if event is not None:
-        payload = _checked(event, "--event", limit)
-        for start in range(0, count, BATCH):
-            yield [payload] * min(BATCH, count - start)
-        return
-    if stdin.isatty():
-        raise EventError("no event given: pass --event '{...}' or pipe JSON lines on stdin")
-    batch: list[bytes] = []
-    for number, line in enumerate(stdin, start=1):
-        if not line.strip():
-            continue
-        batch.append(_checked(line, f"stdin line {number}", limit))
-        if len(batch) >= BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 async def _publish(
     settings: tuple[BrokerSettings, RedisSettings],
     batches: Iterator[list[bytes]],
     priority: str | None,
 ) -> None:
     broker, redis_settings = settings
+    # each broker's client imported on its own path (docs/cli.md, Startup)
+    if broker.embedded:
+        from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
+
+        async with open_store(broker, create=True) as store:
+            publisher = SqliteEventPublisher(store, redis_settings.stream)
+            for batch in batches:
+                _print(await publisher.publish([(p, priority) for p in batch]))
+        return
+    # publish needs no group, so the settings hold none; the note names the configured one
+    group = os.environ.get("REDIS_GROUP", "").strip()
+    await _publish_redis(redis_settings, group, batches)
+
+
+async def _publish_redis(
+    settings: RedisSettings, group: str, batches: Iterator[list[bytes]]
+) -> None:
+    from redis.exceptions import RedisError
+
+    from relay.adapters.redis.connection import connect_redis
+    from relay.entrypoints.cli.brokers import unread_stream_note
+
+    client = await connect_redis(settings.url)
     done = 0
     try:
-        if broker.embedded:
-            async with open_store(broker, create=True) as store:
-                publisher = SqliteEventPublisher(store, redis_settings.stream)
-                for batch in batches:
-                    ids = await publisher.publish([(p, priority) for p in batch])
-                    done += _print(ids)
-            return
-        client = await connect_redis(redis_settings.url)
-        try:
-            for batch in batches:
-                async with client.pipeline(transaction=False) as pipe:
-                    for payload in batch:
-                        pipe.xadd(redis_settings.stream, {"event": payload})
-                    ids = [i.decode() if isinstance(i, bytes) else str(i)
-                           for i in await pipe.execute()]
-                done += _print(ids)
-        finally:
-            await client.aclose()
-    except EventError as exc:
-        if done:
-            raise EventError(f"{exc} ({done} event(s) before it were published)") from exc
-        raise
+        for batch in batches:
+            async with client.pipeline(transaction=False) as pipe:
+                for payload in batch:
+                    pipe.xadd(settings.stream, {"event": payload})
+                ids = [i.decode() if isinstance(i, bytes) else str(i)
+                       for i in await pipe.execute()]
+            done += _print(ids)
+        note = await unread_stream_note(client, settings.stream, group) if done else None
+    except (RedisError, OSError) as exc:
+        # ids printed so far were appended; the batch that failed may be in part
+        raise DependencyUnavailable(
+            f"cannot publish to Redis: {exc} ({done} event(s) before it were published)"
+        ) from exc
+    finally:
+        await client.aclose()
+    if note is not None:
+        typer.echo(f"relay: note: {note}", err=True)
 
 
 def _print(ids: list[str]) -> int:

@@ -19,15 +19,12 @@ from typing import Any
 
 import anyio
 import typer
-from redis.asyncio import Redis
 
-from relay.adapters.redis.schedules import latest_published
-from relay.adapters.sqlite.broker import schedules as sqlite_schedules
 from relay.adapters.sqlite.db import open_db_readonly
 from relay.domain import schedule
 from relay.domain.errors import RelayError
 from relay.domain.schedule import INSTANT_LENGTH
-from relay.entrypoints.cli.brokers import open_store
+from relay.entrypoints.cli.brokers import open_store, redis_client
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.cli.fn_catalog import next_fire_at, next_fire_text
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
@@ -99,10 +96,15 @@ def _schedules() -> list[tuple[str, Mapping[str, Any]]]:
 async def _latest(prefixes: Sequence[str]) -> dict[str, str]:
     # the dedup records are not per stream: only the server (or the file) is needed
     broker, settings = load_broker_settings(os.environ, need_stream=False, need_group=False)
+    # each broker's reader imported on its own path: `relay schedule --help` needs neither
     if broker.embedded:
+        from relay.adapters.sqlite.broker import schedules as sqlite_schedules
+
         async with open_store(broker, create=False) as store:
             return await sqlite_schedules.latest_published(store, prefixes)
-    redis = Redis.from_url(settings.url, socket_connect_timeout=5, socket_timeout=10)
+    from relay.adapters.redis.schedules import latest_published
+
+    redis = redis_client(settings.url)
     try:
         return await latest_published(redis, prefixes)
     finally:

@@ -17,7 +17,7 @@ import typer
 
 from relay.adapters.fs.secrets import FileSecretStore, decode_secret_value, validate_secret_name
 from relay.domain.errors import RelayError
-from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.common import fail, out, state_dir_problem
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import load_paths
 
@@ -31,6 +31,9 @@ def _store() -> FileSecretStore:
 @app.command("ls")
 def ls(as_json: JsonFlag = False) -> None:
     """List secret names (never values)."""
+    problem = state_dir_problem(load_paths(os.environ).state_dir)
+    if problem is not None:  # not an empty table: that reads as "no secrets here"
+        fail(problem)
     try:
         names = _store().names()
     except (RelayError, OSError) as exc:

@@ -9,7 +9,6 @@ from typing import Annotated
 import anyio
 import typer
 
-from relay.entrypoints.cli import trace as trace_cmd
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 
@@ -17,7 +16,7 @@ from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 def register(app: typer.Typer) -> None:
     app.command("start", help="Run Relay in the foreground until SIGINT/SIGTERM.")(start)
     app.command("health", help="Check that Redis and Docker answer (exit 0 or 1).")(health)
-    trace_cmd.register(app)
+    # `trace` registers itself (cli/__init__.py): `relay start` need not import redis
 
 
 def start(

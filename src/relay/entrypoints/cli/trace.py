@@ -12,14 +12,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from relay.adapters.redis.keys import dlq_key, invocation_key
 from relay.domain.durations import MILLISECOND, format_duration
 from relay.domain.errors import ConfigError, DependencyUnavailable, RelayError
 from relay.domain.invocation import (
@@ -37,6 +34,9 @@ from relay.domain.schedule import ID_PREFIX
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import BrokerSettings, RedisSettings, load_broker_settings
+
+if TYPE_CHECKING:  # redis is imported by the Redis path only (relay --help needs none)
+    from redis.asyncio import Redis
 
 DLQ_SCAN_LIMIT = 10_000  # DLQ entries examined (from the message's time on) per trace
 _PAGE = 500
@@ -104,9 +104,11 @@ class MessageFacts:
 
 
 async def _gather_with_client(settings: RedisSettings, message_id: str) -> MessageFacts:
-    from relay.entrypoints.cli.brokers import redis_target_problem
+    from redis.exceptions import RedisError
 
-    redis = Redis.from_url(settings.url, socket_connect_timeout=5, socket_timeout=10)
+    from relay.entrypoints.cli.brokers import redis_client, redis_target_problem
+
+    redis = redis_client(settings.url)
     try:
         problem = await redis_target_problem(redis, settings.stream, settings.group)
         if problem is not None:  # a typo must not read as "unknown message"
@@ -133,6 +135,10 @@ async def _gather_embedded(
 
 async def gather(redis: Redis, stream: str, group: str, message_id: str) -> MessageFacts:
     """Read every fact about ``message_id`` (read-only)."""
+    from redis.exceptions import RedisError
+
+    from relay.adapters.redis.keys import invocation_key
+
     seconds, micros = await redis.time()
     facts = MessageFacts(message_id, stream, group, int(seconds) * 1000 + int(micros) // 1000)
     key = invocation_key(stream, group, message_id)
@@ -162,6 +168,8 @@ async def _dead_letters(
 ) -> tuple[list[DeadLetter], bool]:
     """Entries whose ``original_id`` is the message: written after it, so the scan
     starts at the message's millisecond and stops after ``DLQ_SCAN_LIMIT`` entries."""
+    from relay.adapters.redis.keys import dlq_key
+
     key = dlq_key(stream)
     low = f"{StreamId.parse(message_id).ms}-0"
     found: list[DeadLetter] = []

@@ -26,13 +26,15 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 
 from relay.adapters.fs.private import private_directory, private_file, tighten_if_present
-from relay.application.ports import Clock
 from relay.domain.errors import DependencyUnavailable, RelayError
+
+if TYPE_CHECKING:  # a type only: the ports module pulls in the template model (pydantic)
+    from relay.application.ports import Clock
 
 T = TypeVar("T")
 Step = Callable[[sqlite3.Connection, int], Any]
