@@ -256,6 +256,7 @@ INJECTION = "/x`)||Host(`victim.example.com`)||PathPrefix(`"
     ("path", "shown"),
     [
         (INJECTION, "'`' at offset 2"),
+        ("/x`)||Host(`victim.example.com`)||PathPrefix(`/x", "'`' at offset 2"),
         ("/x)", "')' at offset 2"),
         ("/x(", "'(' at offset 2"),
         ("/a|b", "'|' at offset 2"),
