@@ -126,3 +126,4 @@ async def test_the_worker_sync_loop_survives_a_non_utf8_name_and_keeps_the_last_
     failed = [e for e in logs if e["event"] == "git_sync_failed"]
     assert len(failed) == 1
     assert "\n" not in failed[0]["error"]
+
