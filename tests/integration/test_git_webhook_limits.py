@@ -37,6 +37,15 @@ pytestmark = pytest.mark.anyio
 BODY_CAP = 64 * 1024
 
 
+@pytest.fixture(params=[
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),  # what `relay start` runs
+])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
+    backend: tuple[str, dict[str, object]] = request.param
+    return backend
+
+
 @pytest.fixture
 async def limited(tmp_path: Path) -> AsyncIterator[Endpoint]:
     """A signed endpoint that reads 4 requests at once, parks 8 more connections

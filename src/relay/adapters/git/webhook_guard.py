@@ -4,7 +4,9 @@ Every connection is unauthenticated until its whole body is read and its
 signature checked, so the bound is put on connections, below aiohttp:
 
 - at most ``limit`` requests are read at once; up to ``waiting`` more
-  connections wait their turn with reading paused (a socket, no memory of ours),
+  connections wait their turn with reading paused (a socket, no memory of ours:
+  uvloop starts reading after ``connection_made``, so reading is paused again
+  before its first read, and a chunk that slips through is held and counted),
   and one beyond those is closed at accept, before a byte of it is read;
 - a connection gets ``deadline_s`` from accept to finish: headers, body and the
   answer (GitHub itself gives up after 10 s), then it is aborted, so a stalled
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
+from typing import cast
 
 import structlog
 from aiohttp import web
@@ -86,11 +89,11 @@ class ConnectionGuard:
         self.peak_buffered = max(self.peak_buffered, self.buffered)
 
     def release(self, conn: _GuardedProtocol, started: bool, count: int) -> None:
+        self.buffered -= count
         if not started:
             self._waiting.remove(conn)
             return
         self.active -= 1
-        self.buffered -= count
         while self._waiting:
             waiter = self._waiting.popleft()
             if not waiter.closing:  # one the deadline just cut is not started
@@ -112,17 +115,27 @@ class _GuardedProtocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._admitted = False
         self._received = 0
+        self._held = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.pause_reading()  # nothing is read before the guard says so
+        # a cast, not an isinstance check: uvloop's TCP transport (what `relay start`
+        # runs on) has the Transport methods without subclassing asyncio.Transport
+        self._transport = cast("asyncio.Transport", transport)
+        self._transport.pause_reading()  # nothing is read before the guard says so
         if not self._guard.admit(self):
-            transport.abort()
+            self._transport.abort()
             return
         self._admitted = True
-        self._timer = asyncio.get_running_loop().call_later(
-            self._guard.deadline_s, self._expire)
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self._guard.deadline_s, self._expire)
+        if self._inner is None:
+            # uvloop starts reading right after connection_made returns: pause again
+            # before its first read (data that slips through is held, see below)
+            loop.call_soon(self._hold)
+
+    def _hold(self) -> None:
+        if self._inner is None and self._transport is not None and not self.closing:
+            self._transport.pause_reading()
 
     @property
     def closing(self) -> bool:
@@ -131,6 +144,8 @@ class _GuardedProtocol(asyncio.Protocol):
     def drop(self) -> None:
         """Forgotten by the guard before it started; its close is still to come."""
         self._admitted = False
+        self._guard.buffered -= self._received
+        self._received, self._held = 0, b""
         if self._timer is not None:
             self._timer.cancel()
 
@@ -138,6 +153,9 @@ class _GuardedProtocol(asyncio.Protocol):
         assert self._transport is not None
         self._inner = self._factory()
         self._inner.connection_made(self._transport)
+        held, self._held = self._held, b""
+        if held:
+            self._inner.data_received(held)
         self._transport.resume_reading()
 
     def _expire(self) -> None:
@@ -148,7 +166,13 @@ class _GuardedProtocol(asyncio.Protocol):
             self._transport.abort()
 
     def data_received(self, data: bytes) -> None:
-        if self._inner is None:
+        if self._inner is None:  # read before the guard started this connection
+            self._hold()
+            if self._admitted:
+                kept = data[: self._guard.max_bytes - self._received]
+                self._held += kept
+                self._received += len(kept)
+                self._guard.received(len(kept))
             return
         room = self._guard.max_bytes - self._received
         if room <= 0:
