@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from relay.adapters.fs.secrets import FileSecretStore
 from relay.entrypoints.cli import app
 from tests.e2e.harness import run_relay
 from tests.gitbed import BareRepo, GitServer
@@ -147,6 +148,22 @@ def test_set_refuses_a_ref_or_path_that_could_be_an_option(operator: Operator) -
                                   "--webhook-secret", "Bad Name")
     assert code == 1
     assert "invalid secret name" in err
+
+
+def test_set_refuses_a_webhook_secret_whose_stored_value_is_blank(operator: Operator) -> None:
+    secrets = operator.state / "secrets"
+    FileSecretStore(secrets).set("hook", "\n")  # as `--allow-empty` or an older relay stored it
+    code, out, err = operator.relay("git", "set", "git@github.com:a/b.git",
+                                    "--webhook-secret", "hook")
+    assert (code, out) == (1, "")
+    assert err == ('relay: secret "hook" is empty or only whitespace: a webhook signed with '
+                   "it proves nothing; set a random value with `relay secret set hook` first\n")
+    assert not (operator.state / "git" / "source.json").exists()
+    FileSecretStore(secrets).set("hook", "r4ndom")
+    code, out, err = operator.relay("git", "set", "git@github.com:a/b.git",
+                                    "--webhook-secret", "hook")
+    assert code == 0, err
+    assert "not set yet" not in out
 
 
 def test_a_corrupt_source_json_is_one_line_for_every_reader_and_set_replaces_it(

@@ -171,3 +171,47 @@ def test_the_fastapi_example_runs_as_a_package_module(
     )
     assert health == {"status": "ok"}
     assert traefik.answer("items.example.com", "/items/42") == {"item_id": 42}
+
+
+# The issue's path ended in ``PathPrefix(`"``, which leaves ``PathPrefix(``)``: Traefik
+# v3 refuses that router on its own. Ending in ``/x`` makes a rule v3 accepts, and on
+# the code before the fix it routed victim.example.com (any path) to this service.
+INJECTION = "/x`)||Host(`victim.example.com`)||PathPrefix(`/x"
+VALID_PATH = "/v2.1/a-b_c~!$'*+;=:@"
+
+
+def _service_template(*, host: str, path: str) -> str:
+    return (
+        "runtime: node24\nenv:\n  GREETING: hello\nservices:\n  - entrypoint: server.js\n"
+        f"    port: 3000\n    replicas: 1\n    host: {host}\n    path: {json.dumps(path)}\n"
+    )
+
+
+def test_a_path_that_injects_a_rule_is_refused_and_the_victim_host_is_never_routed(
+    traefik: Traefik, relay_worker: WorkerFactory, functions_dir: Path
+) -> None:
+    """Issue 35 item 5. Before: the template validated and the real Traefik then
+    routed ``victim.example.com`` to the attacker's service (the longer rule wins).
+    Now the template is refused in one line naming the service and the backtick,
+    and a path of URL path characters still routes, its prefix stripped."""
+    evil = copy_function(EXAMPLES / "users-api-node", functions_dir, "evil")
+    (evil / "template.yaml").write_text(_service_template(host="evil.example.com", path=INJECTION))
+    good = copy_function(EXAMPLES / "users-api-node", functions_dir, "good")
+    (good / "template.yaml").write_text(_service_template(host="good.example.com", path=VALID_PATH))
+    worker = relay_worker(env={"TRAEFIK_NETWORK": traefik.network})
+
+    served = wait_until(
+        lambda: traefik.answer("good.example.com", VALID_PATH + "/"),
+        ROUTE_TIMEOUT_S,
+        "the valid path's route",
+    )
+    assert isinstance(served, dict)
+    assert served["service"] == "users-api"  # reached with the prefix stripped
+    assert traefik.get("good.example.com", "/")[0] == 404  # only under the path
+    (refused,) = worker.find(r"function_reconcile_failed.*function=evil")
+    assert 'services[0].path: service \\"server.js\\": ' in refused  # logfmt-quoted
+    assert "contains '`' at offset 2" in refused
+    # refused before any container of it ran: no router for the attacker's host,
+    # and none for the victim's
+    assert traefik.get("victim.example.com")[0] == 404
+    assert traefik.get("evil.example.com", "/x")[0] == 404

@@ -206,6 +206,23 @@ def test_traefik_settings() -> None:
 
 
 @pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("TRAEFIK_HOST_OVERRIDE", "localhost`)||Host(`victim.example.com"),
+        ("TRAEFIK_HOST_OVERRIDE", "a b"),
+        ("TRAEFIK_NETWORK", "proxy`"),
+        ("TRAEFIK_ENTRYPOINTS", "web, web(secure)"),
+        ("TRAEFIK_CERTRESOLVER", "le|x"),
+    ],
+)
+def test_traefik_values_with_rule_syntax_are_refused(var: str, value: str) -> None:
+    """Each reaches a Traefik label; none may carry rule syntax into it."""
+    line = rejects(var, value)
+    assert line.startswith(f"{var}=")
+    assert "\n" not in line
+
+
+@pytest.mark.parametrize(
     ("value", "addr"),
     [
         (":9090", ListenAddress("", 9090)),

@@ -229,6 +229,27 @@ def test_cli_set_refuses_an_empty_value_unless_allowed(tmp_path: Path, given: st
     assert store.get("api-key") == ""
 
 
+@pytest.mark.parametrize("given", ["\n", "\r\n", "  \t\n", b"\n\n"])
+def test_cli_set_refuses_a_whitespace_only_value_unless_allowed(
+    tmp_path: Path, given: str | bytes
+) -> None:
+    """`echo $UNSET | relay secret set github-webhook` pipes a bare newline: as a
+    webhook secret that is an empty HMAC key anyone can sign with."""
+    runner = CliRunner()
+    env = {"RELAY_STATE_DIR": str(tmp_path)}
+    store = FileSecretStore(tmp_path / "secrets")
+    assert runner.invoke(app, ["secret", "set", "hook"], input="old", env=env).exit_code == 0
+    refused = runner.invoke(app, ["secret", "set", "hook"], input=given, env=env)
+    assert refused.exit_code == 1
+    assert refused.stderr == (
+        'relay: secret "hook": the value is only whitespace; nothing changed '
+        "(pass --allow-empty to store an empty value)\n"
+    )
+    assert store.get("hook") == "old"
+    allowed = runner.invoke(app, ["secret", "set", "hook", "--allow-empty"], input=given, env=env)
+    assert allowed.exit_code == 0, allowed.output
+
+
 def test_cli_set_allow_empty_is_a_flag_and_a_bad_name_is_refused_before_reading(
     tmp_path: Path,
 ) -> None:

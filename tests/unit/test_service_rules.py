@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -22,6 +23,7 @@ from relay.domain.services import (
     traefik_labels,
 )
 from relay.domain.template import ServiceSpec
+from relay.domain.template_services import MAX_REPLICAS
 
 NETWORK_ONLY = RoutingSettings(network="proxy")
 ALL = RoutingSettings(
@@ -181,3 +183,24 @@ def test_a_container_without_env_hash_is_replaced_once() -> None:
     del labels["relay.env_hash"]
     plan = plan_convergence(desired, [ObservedReplica(id="c0", labels=labels, running=True)])
     assert plan.replace == ((0, "c0"),)
+
+
+def test_planning_the_replica_cap_is_quick_on_the_event_loop() -> None:
+    """Convergence plans synchronously on the event loop; at MAX_REPLICAS (routed,
+    every slot observed and stale, the costliest case) a plan stays far below the
+    100 ms the loop may stall without leases or the control socket noticing."""
+    routed = _spec(replicas=MAX_REPLICAS, host="api.example.com", path="/v2")
+    old = DesiredService(
+        function="fn", spec=routed, image=ResolvedImage(image="img:1", image_id="sha256:1"),
+        env={}, env_hash="old", routing=NETWORK_ONLY, hostname="w1",
+    )
+    new = DesiredService(
+        function="fn", spec=routed, image=ResolvedImage(image="img:1", image_id="sha256:1"),
+        env={}, env_hash="new", routing=NETWORK_ONLY, hostname="w1",
+    )
+    observed = [_replica(f"c{i}", old, i) for i in range(MAX_REPLICAS)]
+    began = time.perf_counter()
+    plan = plan_convergence(new, observed)
+    took = time.perf_counter() - began
+    assert len(plan.replace) == MAX_REPLICAS
+    assert took < 0.1, f"planning {MAX_REPLICAS} replicas took {took * 1000:.1f} ms"

@@ -132,6 +132,14 @@ def test_ports_rejected(port: object) -> None:
     assert line.startswith("services[0].port: must be an integer from 1 to 65535")
 
 
+def test_replicas_are_capped_at_100_in_one_line() -> None:
+    assert one(image="nginx", replicas=100).replicas == 100
+    for replicas in (101, 1_000_000_000_000):
+        assert problems(services({"image": "nginx", "replicas": replicas})) == [
+            f"services[0].replicas: {replicas} is over the limit of 100 replicas per service"
+        ]
+
+
 @pytest.mark.parametrize("replicas", [0, -1, 1.5, True, "2", None])
 def test_replicas_must_be_positive_integers(replicas: object) -> None:
     (line,) = problems(services({"image": "nginx", "replicas": replicas}))
@@ -239,3 +247,48 @@ def test_node_entrypoints_may_have_any_file_name() -> None:
 def test_empty_host_with_a_path_still_requires_host() -> None:
     doc = services({"image": "nginx", "host": "", "path": "/v2"})
     assert problems(doc) == ['services[0]: service "nginx": path requires host']
+
+
+INJECTION = "/x`)||Host(`victim.example.com`)||PathPrefix(`"
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        (INJECTION, "'`' at offset 2"),
+        ("/x`)||Host(`victim.example.com`)||PathPrefix(`/x", "'`' at offset 2"),
+        ("/x)", "')' at offset 2"),
+        ("/x(", "'(' at offset 2"),
+        ("/a|b", "'|' at offset 2"),
+        ("/a&b", "'&' at offset 2"),
+        ("/a,b", "',' at offset 2"),
+        ('/a"b', "'\"' at offset 2"),
+        ("/a<b", "'<' at offset 2"),
+        ("/caf\u00e9", "'\u00e9' at offset 4"),
+        ("/a%zz", "'%' at offset 2"),
+        ("/a%2", "'%' at offset 2"),
+        ("/a\x00", "U+0000 at offset 2"),
+    ],
+)
+def test_a_path_with_rule_syntax_is_refused_naming_the_service_and_the_character(
+    path: str, shown: str
+) -> None:
+    doc = services({"entrypoint": "service.js", "host": "api.example.com", "path": path})
+    (line,) = problems(doc)
+    assert line.startswith('services[0].path: service "service.js": ')
+    assert f"contains {shown}: only letters, digits, " in line
+    assert "\n" not in line
+
+
+@pytest.mark.parametrize(
+    "path", ["/v2", "/a-b_c.d~e", "/!$'*+;=:@", "/caf%C3%A9", "/users/%7Bid%7D", "/v2.1/api"]
+)
+def test_every_url_path_character_is_accepted(path: str) -> None:
+    assert one(image="nginx", host="api.example.com", path=path).path == path
+
+
+@pytest.mark.parametrize("host", ["victim.example.com`)||Host(`x", "a(b).com", "api.example.com\n"])
+def test_a_host_with_rule_syntax_is_refused_naming_the_service(host: str) -> None:
+    (line,) = problems(services({"entrypoint": "service.js", "host": host}))
+    assert line.startswith('services[0].host: service "service.js": ')
+    assert line.endswith("is not a valid hostname (e.g. api.example.com)")

@@ -3,7 +3,9 @@
 A delivery only calls :meth:`SyncScheduler.request`, which returns at once. One
 loop runs the syncs: at most one at a time, and any number of requests that
 arrive while a sync runs collapse into exactly one follow-up sync, which sees
-the newest commit. A failed sync is logged and counted; it never stops the loop.
+the newest commit. A failed sync is logged and counted; it never stops the loop,
+whatever it raised (an unexpected exception would otherwise end the worker's
+task group, and with it ``relay start``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ class SyncScheduler:
         except OSError as exc:
             _log.warning("git_sync_failed", error=f"{exc.strerror or exc}")
             self._notify(GitSyncFinished(ok=False, error=str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 - one sync never ends the worker
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            _log.error("git_sync_failed", error=error)
+            self._notify(GitSyncFinished(ok=False, error=error))
             return
         _log.info(
             "git_sync_succeeded", commit=summary.commit, functions=summary.functions,

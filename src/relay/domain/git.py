@@ -21,9 +21,22 @@ from relay.domain.errors import RelayError
 
 DEFAULT_REF = "main"
 SIGNATURE_PREFIX = "sha256="
-MAX_WEBHOOK_BODY_BYTES = 8 * 1024 * 1024
-"""GitHub sends at most 25 MB, but a push payload (at most 2048 commits) stays far
-below 8 MiB; a larger body is refused with 413 before it is read further."""
+MAX_WEBHOOK_BODY_BYTES = 1024 * 1024
+"""GitHub caps any payload at 25 MB, but a push payload is a few KiB: it grows only
+with the commits and file paths of one push (1 MiB is thousands of changed paths).
+The body is unauthenticated until it is read whole, so the cap is what each open
+connection may cost. A larger body is refused with 413 (logged and counted);
+nothing is lost for long, since every sync fetches the ref's newest commit: the
+next push, or `relay git sync`, brings that one in too."""
+MAX_WEBHOOK_CONNECTIONS = 16
+"""Requests read at once (GitHub sends one request per connection, for one
+repository seldom more than a few at a time). With the body cap this bounds what
+unauthenticated callers can make the worker hold to about 17 MiB."""
+MAX_WEBHOOK_WAITING = 128
+"""Connections beyond those that wait, unread, for a turn (a burst of pushes);
+one more is closed at accept."""
+WEBHOOK_READ_DEADLINE_S = 10.0
+"""From accept to the answer: GitHub gives up on a delivery after 10 s."""
 
 DELIVERY_OUTCOMES = (
     "accepted",  # a push for the source: a sync was scheduled (202)
@@ -32,7 +45,7 @@ DELIVERY_OUTCOMES = (
     "unauthorized",  # a missing or wrong X-Hub-Signature-256 (401)
     "malformed",  # not JSON (400)
     "too_large",  # over MAX_WEBHOOK_BODY_BYTES (413)
-    "unavailable",  # the webhook secret cannot be read from the store (500)
+    "unavailable",  # the webhook secret cannot be read, or is blank (500)
 )
 
 
@@ -174,10 +187,12 @@ def ref_candidates(ref: str) -> list[str]:
 def signature_valid(secret: str, body: bytes, header: str | None) -> bool:
     """GitHub's ``X-Hub-Signature-256``: ``sha256=`` + hex HMAC of the raw body,
     compared in constant time. A missing or malformed header is invalid."""
-    if not header or not header.startswith(SIGNATURE_PREFIX):
+    if not header or not header.startswith(SIGNATURE_PREFIX) or not secret.strip():
         return False
-    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, header.removeprefix(SIGNATURE_PREFIX).strip().lower())
+    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest().encode()
+    # bytes on both sides: compare_digest refuses a str with non-ASCII characters
+    given = header.removeprefix(SIGNATURE_PREFIX).strip().lower()
+    return hmac.compare_digest(expected, given.encode("utf-8", "surrogateescape"))
 
 
 class SyncSummary(msgspec.Struct, frozen=True, kw_only=True):

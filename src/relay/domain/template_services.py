@@ -16,6 +16,21 @@ from relay.domain.template_rules import (
 )
 
 _HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+# RFC 3986 ``pchar`` without the sub-delims Traefik's rule language or its
+# comma-separated label lists give a meaning to: "(", ")", "&" and ",". Backticks,
+# quotes, "|", whitespace and every non-ASCII character are not pchar at all. "%"
+# is allowed only as a pct-encoding ``%XX``.
+_PATH_CHAR = re.compile(r"[A-Za-z0-9\-._~!$'*+;=:@/]")
+_PCT_ENCODED = re.compile(r"%[0-9A-Fa-f]{2}")
+PATH_CHARS_ACCEPTED = (
+    "letters, digits, '/', '-', '.', '_', '~', '!', '$', \"'\", '*', '+', ';', '=', ':', "
+    "'@' and %XX"
+)
+MAX_REPLICAS = 100
+"""One worker runs every replica on its own Docker engine, so a count beyond what one
+host serves is a typo (``replicas: 1000000000000``); at 100 one convergence plan takes
+about 1.4 ms on the event loop, every replica routed and stale (the costliest case,
+measured on a loaded 2-core machine; tests/unit/test_service_rules.py bounds it)."""
 _IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _IMAGE_REF = re.compile(
     r"(?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
@@ -51,17 +66,27 @@ def service(  # noqa: PLR0917  # a private helper; positional reads best at the 
     port = int_in_range(
         item.get("port", MISSING), f"{where}.port", default_port, 1, 65535, problems
     )
-    replicas = positive_int(
-        item.get("replicas", MISSING), f"{where}.replicas", default_replicas, problems
-    )
-    host = _host(item.get("host"), f"{where}.host", problems)
-    path = _path(item.get("path"), f"{where}.path", problems)
+    replicas = _replicas(item.get("replicas", MISSING), f"{where}.replicas", default_replicas,
+                         problems)
+    named = f"service {show(source) if source is not None else '?'}: "
+    host = _host(item.get("host"), f"{where}.host: {named}", problems)
+    path = _path(item.get("path"), f"{where}.path: {named}", problems)
     if path is not None and item.get("host") in (None, ""):
         shown = show(source) if source is not None else "?"
         problems.append(f"{where}: service {shown}: path requires host")
     if len(problems) != before or source is None or port is None:
         return None
     return kind, source, port, replicas, host, path
+
+
+def _replicas(value: object, where: str, default: int, problems: list[str]) -> int:
+    before = len(problems)
+    replicas = positive_int(value, where, default, problems)
+    if len(problems) == before and replicas > MAX_REPLICAS:
+        problems.append(f"{where}: {replicas} is over the limit of {MAX_REPLICAS} replicas "
+                        "per service")
+        return default
+    return replicas
 
 
 def _source(kind: str, value: object, where: str, problems: list[str]) -> str | None:
@@ -97,14 +122,41 @@ def _host(value: object, where: str, problems: list[str]) -> str | None:
         return None
     if not isinstance(value, str):
         problems.append(
-            f"{where}: must be a hostname such as api.example.com (got {kind_of(value)})"
+            f"{where}must be a hostname such as api.example.com (got {kind_of(value)})"
         )
         return None
-    labels = value.split(".")
-    if len(value) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
-        problems.append(f"{where}: {show(value)} is not a valid hostname (e.g. api.example.com)")
+    problem = hostname_problem(value)
+    if problem is not None:
+        problems.append(f"{where}{show(value)} {problem}")
         return None
     return value
+
+
+def hostname_problem(value: str) -> str | None:
+    """Why ``value`` is not a DNS hostname (dot-separated labels of ASCII letters,
+    digits and inner '-', 253 characters at most), or ``None``. The one rule for
+    every host that reaches a Traefik ``Host(`...`)`` rule."""
+    labels = value.split(".")
+    if len(value) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        return "is not a valid hostname (e.g. api.example.com)"
+    return None
+
+
+def path_character_problem(value: str) -> str | None:
+    """The first character of ``value`` that is not a URL path character (see
+    ``_PATH_CHAR``), named in one line, or ``None``: what keeps a ``path`` from
+    closing the backtick-quoted ``PathPrefix`` and adding its own rule."""
+    i = 0
+    while i < len(value):
+        if value[i] == "%" and _PCT_ENCODED.match(value, i):
+            i += 3
+            continue
+        if not _PATH_CHAR.fullmatch(value[i]):
+            shown = f"'{value[i]}'" if value[i].isprintable() else f"U+{ord(value[i]):04X}"
+            return (f"contains {shown} at offset {i}: only {PATH_CHARS_ACCEPTED} "
+                    "are allowed in a URL path")
+        i += 1
+    return None
 
 
 def _path(value: object, where: str, problems: list[str]) -> str | None:
@@ -112,7 +164,7 @@ def _path(value: object, where: str, problems: list[str]) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        problems.append(f"{where}: must be a URL path such as /v2 (got {kind_of(value)})")
+        problems.append(f"{where}must be a URL path such as /v2 (got {kind_of(value)})")
         return None
     problem = None
     if not value.startswith("/"):
@@ -125,8 +177,10 @@ def _path(value: object, where: str, problems: list[str]) -> str | None:
         problem = "must not contain a backslash"
     elif "//" in value:
         problem = "must not contain an empty segment (//)"
+    else:
+        problem = path_character_problem(value)
     if problem is not None:
-        problems.append(f"{where}: {show(value)} {problem}")
+        problems.append(f"{where}{show(value)} {problem}")
         return None
     trimmed = value.rstrip("/")
     return trimmed or "/"

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from relay.domain.durations import MINUTE, SECOND, DurationError, parse_duration
 from relay.domain.errors import ConfigError
 from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
+from relay.domain.template_services import hostname_problem
 
 T = TypeVar("T")
 
@@ -233,11 +234,13 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             "a Go duration of 0s or more, such as 30s or 2m",
         ),
         traefik=TraefikSettings(
-            network=c.raw("TRAEFIK_NETWORK"),
-            entrypoints=parse_list(env.get("TRAEFIK_ENTRYPOINTS", "")),
-            certresolver=c.raw("TRAEFIK_CERTRESOLVER"),
+            network=c.parse("TRAEFIK_NETWORK", parse_traefik_name, None, _NAME_ACCEPTS),
+            entrypoints=c.parse("TRAEFIK_ENTRYPOINTS", parse_traefik_names, (),
+                                "a comma list of " + _NAME_ACCEPTS),
+            certresolver=c.parse("TRAEFIK_CERTRESOLVER", parse_traefik_name, None, _NAME_ACCEPTS),
             priority=c.parse("TRAEFIK_PRIORITY", positive_int, None, "a positive integer"),
-            host_override=c.raw("TRAEFIK_HOST_OVERRIDE"),
+            host_override=c.parse("TRAEFIK_HOST_OVERRIDE", parse_hostname, None,
+                                  "a hostname such as localhost or example.com"),
         ),
         hostname=c.raw("RELAY_HOSTNAME") or socket.gethostname(),
         paths=load_paths(env),
@@ -462,6 +465,28 @@ def parse_event_bytes(value: str) -> int:
     if number > HARD_MAX_EVENT_BYTES:
         raise ValueError(value)
     return number
+
+
+# Every TRAEFIK_* value reaches a Traefik label; none may carry rule syntax
+# (backticks, parentheses, '|', '&') or a list separator (',') into it.
+_TRAEFIK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_NAME_ACCEPTS = "a name of letters, digits, '_', '.' and '-'"
+
+
+def parse_traefik_name(value: str) -> str:
+    if not _TRAEFIK_NAME.fullmatch(value):
+        raise ValueError(value)
+    return value
+
+
+def parse_traefik_names(value: str) -> tuple[str, ...]:
+    return tuple(parse_traefik_name(name) for name in parse_list(value))
+
+
+def parse_hostname(value: str) -> str:
+    if hostname_problem(value) is not None:
+        raise ValueError(value)
+    return value
 
 
 def parse_list(value: str) -> tuple[str, ...]:

@@ -165,3 +165,13 @@ def test_the_signature_is_the_hmac_of_the_raw_body() -> None:
     assert not signature_valid("s3cret", body, "")
     assert not signature_valid("s3cret", body, good.replace("sha256=", "sha1="))
     assert not signature_valid("s3cret", body, "sha256=zz")
+
+
+def test_a_non_ascii_signature_or_a_blank_secret_is_simply_invalid() -> None:
+    body = b'{"ref": "refs/heads/main"}'
+    good = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    assert not signature_valid("s3cret", body, good[:-1] + "\u00e9")  # no TypeError
+    assert not signature_valid("s3cret", body, "sha256=\udce9" + good[8:])
+    for blank in ("", " ", "\n", "\t\r\n"):
+        signed_with_it = "sha256=" + hmac.new(blank.encode(), body, hashlib.sha256).hexdigest()
+        assert not signature_valid(blank, body, signed_with_it)

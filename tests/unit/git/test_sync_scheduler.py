@@ -118,3 +118,33 @@ async def test_nothing_runs_without_a_request() -> None:
         await tg.start(scheduler.run)
         await settle(lambda: gated.started == 0)
         tg.cancel_scope.cancel()
+
+
+async def test_an_unexpected_exception_from_one_sync_is_one_line_and_the_loop_goes_on() -> None:
+    calls: list[int] = []
+    events: list[DomainEvent] = []
+
+    async def sync() -> SyncSummary:
+        calls.append(1)
+        if len(calls) == 1:
+            raise UnicodeEncodeError("utf-8", "caf\udce9", 3, 4, "surrogates not allowed")
+        return SyncSummary(commit="c2", functions=1)
+
+    scheduler = SyncScheduler(sync, events.append)
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            await tg.start(scheduler.run)
+            scheduler.request()
+            await wait_for(lambda: len(events) == 1)
+            scheduler.request()
+            await wait_for(lambda: len(events) == 2)
+            tg.cancel_scope.cancel()
+    first, second = events
+    assert isinstance(first, ev.GitSyncFinished)
+    assert not first.ok
+    assert first.error is not None
+    assert first.error.startswith("UnicodeEncodeError: 'utf-8' codec can't encode")
+    assert isinstance(second, ev.GitSyncFinished)
+    assert second.ok
+    (failed,) = [e for e in logs if e["event"] == "git_sync_failed"]
+    assert failed["log_level"] == "error"

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay.domain.git import GitError
+
 TEMPLATE_FILE = "template.yaml"
 STAGING_PREFIX = ".relay-sync-"
 _RENAME_EXCHANGE = 2
@@ -47,15 +49,31 @@ class ReplaceResult:
 
 
 def source_functions(root: Path) -> list[str]:
-    """The function directories of a checkout (or of its ``--path``)."""
+    """The function directories of a checkout (or of its ``--path``). A name that
+    is not UTF-8 (a commit can hold any bytes) is refused before anything is
+    staged: it could be neither recorded in ``state.json`` nor named in a log."""
     found = []
-    for entry in os.scandir(root):
-        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-            continue
+    with os.scandir(root) as entries:
+        candidates = [e for e in entries
+                      if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
+    for entry in candidates:
+        if not _is_utf8(entry.name):
+            raise GitError(
+                f"directory {ascii(os.fsencode(entry.name))[1:]} is not a UTF-8 name; "
+                "rename it in the repository (the functions were left as they were)"
+            )
         template = Path(entry.path) / TEMPLATE_FILE
         if template.is_file() and not template.is_symlink():
             found.append(entry.name)
     return sorted(found)
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode()  # bytes that were not UTF-8 arrive as lone surrogates
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def replace_functions(

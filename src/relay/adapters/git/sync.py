@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import structlog
 
 from relay.adapters.git.checkout import GitCheckout
 from relay.adapters.git.files import GitPaths, private_dir
@@ -27,6 +28,7 @@ from relay.adapters.git.store import GitStore, SyncState
 from relay.domain.git import GitError, GitSource, SyncSummary
 
 LOCK_POLL_S = 0.2
+_log = structlog.get_logger("relay.git")
 
 
 class SyncBusy(GitError):
@@ -80,10 +82,16 @@ class GitSyncService:
                 error = GitError(f"sync failed: {exc.strerror or exc}{where}")
                 self._record(previous, ok=False, error=str(error))
                 raise error from exc
-            self.store.save_state(SyncState(
-                at=self._clock(), ok=True, commit=report.commit, synced_at=self._clock(),
-                repository=report.repository, functions=report.result.functions,
-            ))
+            try:
+                self.store.save_state(SyncState(
+                    at=self._clock(), ok=True, commit=report.commit, synced_at=self._clock(),
+                    repository=report.repository, functions=report.result.functions,
+                ))
+            except (OSError, ValueError) as exc:
+                # the functions are already replaced: the sync succeeded, only its
+                # record did not (`relay git status` shows the previous one)
+                _log.warning("git_sync_state_not_saved", path=str(self.paths.state),
+                             error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             return report
 
     async def _run(self, source: GitSource) -> SyncReport:
@@ -95,16 +103,27 @@ class GitSyncService:
         for host in checked.trusted:
             if self._on_trusted is not None:
                 self._on_trusted(host)
-        root = self.paths.checkout / source.path if source.path else self.paths.checkout
-        if not root.is_dir() or root.is_symlink():
-            raise GitError(f"path {source.path!r} is not a directory in {source.ref} at "
-                           f"commit {checked.commit[:12]}; the functions were left as they were")
+        root = self._root(source, checked.commit)
         result = await anyio.to_thread.run_sync(replace_functions, root, self.functions_dir)
         return SyncReport(repository=source.repository, ref=source.ref, commit=checked.commit,
                           result=result, trusted=checked.trusted)
 
+    def _root(self, source: GitSource, commit: str) -> Path:
+        """``--path`` inside the checkout, resolved: a symlink anywhere on the way
+        (``a`` in ``a/fns``, committed as a link to ``/etc`` or ``../..``) must not
+        take the sync outside the commit it checked out."""
+        checkout = self.paths.checkout.resolve()
+        root = (checkout / source.path).resolve() if source.path else checkout
+        left = f"in {source.ref} at commit {commit[:12]}; the functions were left as they were"
+        if not root.is_relative_to(checkout):
+            raise GitError(f"path {source.path!r} leads outside the checkout (through a "
+                           f"symbolic link) {left}")
+        if not root.is_dir():
+            raise GitError(f"path {source.path!r} is not a directory {left}")
+        return root
+
     def _record(self, previous: SyncState | None, *, ok: bool, error: str) -> None:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             self.store.save_state(SyncState(
                 at=self._clock(), ok=ok, error=error,
                 commit=previous.commit if previous else None,

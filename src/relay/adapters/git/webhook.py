@@ -3,9 +3,12 @@
 Served with aiohttp's web server. The order of checks is fixed so an
 unauthenticated caller learns nothing: size (413), signature when a webhook
 secret is configured (401; the secret is read from the secret store on every
-delivery, so ``relay secret set`` rotates it without a restart), JSON (400),
-then the event filter (200, ignored) and the delivery id (200, duplicate).
-Only then is a sync *requested* (202): the handler never runs a sync itself.
+delivery, so ``relay secret set`` rotates it without a restart; a blank stored
+value is an empty HMAC key anyone can sign with, so it is refused like a missing
+one, 500), JSON (400, a body nested too deep to parse included), then the event
+filter (200, ignored) and the delivery id (200, duplicate). Only then is a sync
+*requested* (202): the handler never runs a sync itself. Below the handler,
+:mod:`webhook_guard` bounds connections, their bytes and their time.
 
 The delivery id is remembered only once accepted, so GitHub's "Redeliver" of a
 delivery that failed here is not mistaken for a duplicate.
@@ -27,12 +30,16 @@ from relay.adapters.git.files import GitPaths
 from relay.adapters.git.ssh import TrustedHost
 from relay.adapters.git.store import GitStore
 from relay.adapters.git.sync import GitSyncService
+from relay.adapters.git.webhook_guard import HEADER_ALLOWANCE, ConnectionGuard, GuardedSite
 from relay.application.git_sync import SyncScheduler
 from relay.application.ports import SecretStore
 from relay.domain.errors import RelayError
 from relay.domain.events import GitWebhookDelivered
 from relay.domain.git import (
     MAX_WEBHOOK_BODY_BYTES,
+    MAX_WEBHOOK_CONNECTIONS,
+    MAX_WEBHOOK_WAITING,
+    WEBHOOK_READ_DEADLINE_S,
     GitSource,
     SyncSummary,
     push_decision,
@@ -61,6 +68,9 @@ class WebhookServer:
         request_sync: Callable[[], None],
         notify: Notify,
         max_body_bytes: int = MAX_WEBHOOK_BODY_BYTES,
+        max_connections: int = MAX_WEBHOOK_CONNECTIONS,
+        max_waiting: int = MAX_WEBHOOK_WAITING,
+        read_deadline_s: float = WEBHOOK_READ_DEADLINE_S,
     ) -> None:
         self.host = host
         self.port = port
@@ -69,6 +79,10 @@ class WebhookServer:
         self._request_sync = request_sync
         self._notify = notify
         self._max_body = max_body_bytes
+        self.guard = ConnectionGuard(
+            limit=max_connections, waiting=max_waiting, deadline_s=read_deadline_s,
+            max_bytes=max_body_bytes + HEADER_ALLOWANCE,
+        )
         self._accepted: OrderedDict[str, None] = OrderedDict()
         self.bound_port: int | None = None
         self._runner: web.AppRunner | None = None
@@ -85,9 +99,12 @@ class WebhookServer:
 
     async def bind(self) -> None:
         """Listen, or raise :class:`RelayError` in one line (a taken port is fatal)."""
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        # handler_cancellation: a request whose connection the guard cut ends there,
+        # instead of logging the lost connection as a server error
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
+                               handler_cancellation=True)
         await runner.setup()
-        site = web.TCPSite(runner, self.host or None, self.port)
+        site = GuardedSite(runner, self.host or None, self.port, self.guard)
         try:
             await site.start()
         except OSError as exc:
@@ -130,6 +147,7 @@ class WebhookServer:
 
     async def handle(self, request: web.Request) -> web.Response:
         outcome, response = await self._answer(request)
+        response.force_close()  # one request per connection: the guard's deadline is its own
         self._notify(GitWebhookDelivered(outcome=outcome))
         _log.info(
             "git_webhook_delivery", outcome=outcome, status=response.status,
@@ -157,7 +175,7 @@ class WebhookServer:
                 return refused
         try:
             payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return "malformed", _reply(400, "body is not JSON")
         decision = push_decision(request.headers.get("X-GitHub-Event"), payload, self.source)
         if not decision.schedule:
@@ -185,6 +203,12 @@ class WebhookServer:
             return "unavailable", _reply(500, "webhook secret unavailable")
         # `echo value | relay secret set` stores a trailing newline GitHub never signs with
         secret = secret.rstrip("\r\n")
+        if not secret.strip():
+            # an empty HMAC key: anyone could sign with it, so nobody is let in
+            _log.error("git_webhook_secret_unavailable", secret=name,
+                       error=f'secret "{name}" is empty or whitespace only; '
+                       f"set it with `relay secret set {name}`")
+            return "unavailable", _reply(500, "webhook secret unavailable")
         if not signature_valid(secret, body, request.headers.get("X-Hub-Signature-256")):
             return "unauthorized", _reply(401, "missing or invalid X-Hub-Signature-256")
         return None

@@ -86,6 +86,7 @@ def set_(
     try:
         if webhook_secret is not None:
             validate_secret_name(webhook_secret)
+            _refuse_a_blank_secret(webhook_secret)
         source = make_source(repository, ref=ref, path=path, webhook_secret=webhook_secret)
         GitStore(paths).save_source(source)
     except RelayError as exc:
@@ -105,6 +106,22 @@ def set_(
                 f"run `relay secret set {webhook_secret}`")
     out("Run `relay git sync` to update the functions; a running worker's webhook "
         "picks up a new source at its next restart.")
+
+
+def _refuse_a_blank_secret(name: str) -> None:
+    """A stored webhook secret that is empty or whitespace is an HMAC key anyone
+    can sign with; one not stored yet is only a note (it may be set next)."""
+    from relay.adapters.fs.secrets import FileSecretStore
+    from relay.domain.errors import RelayError
+    from relay.entrypoints.config import load_paths
+
+    try:
+        value = FileSecretStore(load_paths(os.environ).secrets_dir).get(name)
+    except (RelayError, OSError):
+        return  # missing or unreadable: the note below, and `relay secret ls`, say so
+    if not value.strip():
+        fail(f'secret "{name}" is empty or only whitespace: a webhook signed with it '
+             f"proves nothing; set a random value with `relay secret set {name}` first")
 
 
 @app.command("sync")

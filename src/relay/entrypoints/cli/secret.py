@@ -58,14 +58,17 @@ def set_(
 ) -> None:
     """Set a secret from a hidden prompt, or from all of stdin when it is not a terminal.
 
-    An empty value is refused (an empty pipe or a stray Enter is almost always a
-    mistake that would blank a working credential) unless --allow-empty is given."""
+    An empty or whitespace-only value is refused (an empty pipe, `echo $UNSET |`
+    or a stray Enter is almost always a mistake that would blank a working
+    credential, and as a webhook secret it is a key anyone can sign with) unless
+    --allow-empty is given."""
     try:
         validate_secret_name(name)  # before asking for a value it would refuse anyway
         value = _read_value(name)
-        if value == "" and not allow_empty:
+        if not value.strip() and not allow_empty:
+            what = "empty" if value == "" else "only whitespace"
             fail(
-                f'secret "{name}": the value is empty; nothing changed '
+                f'secret "{name}": the value is {what}; nothing changed '
                 "(pass --allow-empty to store an empty value)"
             )
         _store().set(name, value)
