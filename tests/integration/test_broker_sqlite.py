@@ -152,7 +152,7 @@ async def test_competing_claimers_in_three_processes_never_share_a_job(
 async def test_a_worker_whose_job_was_reassigned_cannot_acknowledge_or_renew_it(
     path: Path, store: BrokerStore, clock: FakeClock
 ) -> None:
-    """Row 71: worker A's lease idles out and B reclaims the job (a new token).
+    """Rows 71 and 171: worker A's lease idles out and B reclaims the job (a new token).
     A's late finish is still fenced at the invocation (its claim token is valid,
     so its result is recorded, as on Redis), but its acknowledgment and its lease
     renewal carry A's stale job token and change nothing; B settles the job."""
@@ -176,8 +176,11 @@ async def test_a_worker_whose_job_was_reassigned_cannot_acknowledge_or_renew_it(
     assert leased_ms == store.now_ms()  # ... the lease B took just now is untouched by A
     clock.advance(1)
     settled = await ledger_a.finish(finish_request(a, mid, "inv-a"))
-    assert settled.acknowledged  # the rule found every invocation terminal ...
-    assert state_of(path, mid) == "leased"  # ... but A's token no longer fences the job
+    # The rule found every invocation terminal, but A's token no longer fences the
+    # job: its fenced ACK changed no row, so A is told it did not acknowledge (row
+    # 171: it was told "acknowledged" before) ...
+    assert not settled.acknowledged
+    assert state_of(path, mid) == "leased"  # ... and the job is still B's
     [(token,)] = rows(path, "SELECT token FROM jobs WHERE seq = ?", jobs.seq_of(mid))
     assert token == b_token
     store.leases[jobs.seq_of(mid) or 0] = b_token  # B, the holder, delivers it next

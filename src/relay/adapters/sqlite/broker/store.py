@@ -177,6 +177,20 @@ class _StepFailed(Exception):
     """A step raised inside a batch (its exception is the cause)."""
 
 
+class _TransactionLost(Exception):
+    """SQLite rolled the batch's transaction back by itself (its cause says why)."""
+
+
+def _still_open(conn: sqlite3.Connection, error: BaseException | None) -> None:
+    """On ``SQLITE_FULL``, an I/O error or ``SQLITE_NOMEM`` SQLite may roll the whole
+    transaction back by itself, and every later statement would then run in
+    autocommit: part of a batch on disk while its callers are told it failed.
+    Checked after every step (and after one that raised), so the writer stops at
+    once and fails every caller of the batch instead (row 170)."""
+    if not conn.in_transaction:
+        raise _TransactionLost from error
+
+
 class Batch:
     """What the steps of one transaction share (writer thread only): the ``key``
     of every step in it (a step's job row, so a step can load what all of them
@@ -322,6 +336,9 @@ class BrokerStore:
         so running one again after a rollback is running it for the first time)."""
         try:
             outcomes = self._transaction(batch)
+        except _TransactionLost as lost:
+            failed = DependencyUnavailable(f"sqlite broker write failed: {lost.__cause__ or lost}")
+            outcomes = [(None, failed) for _ in batch]
         except _StepFailed:
             outcomes = [self._alone(pending) for pending in batch]
         except sqlite3.Error as exc:
@@ -341,10 +358,13 @@ class BrokerStore:
                 try:
                     results.append((pending.step(conn, now_ms), None))
                 except Exception as exc:
+                    _still_open(conn, exc)
                     raise _StepFailed from exc
+                _still_open(conn, None)
             try:
                 self.batch.flush(conn)
             except Exception as exc:
+                _still_open(conn, exc)
                 raise _StepFailed from exc
             conn.execute("COMMIT")
         except BaseException:
@@ -358,6 +378,8 @@ class BrokerStore:
     def _alone(self, pending: _Pending) -> tuple[Any, BaseException | None]:
         try:
             return self._transaction([pending])[0]
+        except _TransactionLost as lost:
+            return None, DependencyUnavailable(f"sqlite broker write failed: {lost.__cause__}")
         except _StepFailed as failed:
             exc = failed.__cause__
             assert isinstance(exc, Exception)

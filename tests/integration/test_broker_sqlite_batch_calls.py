@@ -1,0 +1,165 @@
+"""The embedded ledger's batched calls on a real file (issue 29 item 2, issue 35
+item 12): ``begin_many`` / ``finish_many`` are one writer step each, a delivery
+the broker no longer holds is answered ``lost``, and a transaction SQLite rolls
+back by itself (a full file) fails every caller with nothing half committed."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from relay.adapters.sqlite.broker import jobs
+from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
+from relay.adapters.sqlite.broker.store import BrokerStore
+from relay.adapters.sqlite.broker.stream import SqliteEventStream
+from relay.domain.errors import DependencyUnavailable
+from relay.domain.invocation import Complete
+from relay.domain.outcome import (
+    AttemptReport,
+    BeginRequest,
+    ClaimRequest,
+    FinishRequest,
+    MalformedRequest,
+    MessageContext,
+    StreamMessage,
+)
+from tests.fakes import FakeClock
+from tests.integration.broker_rows import rows
+from tests.integration.runtime_support import poll
+
+pytestmark = pytest.mark.anyio
+
+A = "fn/h.run"
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "broker.sqlite3"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_900_000_000.0)
+
+
+@pytest.fixture
+def store(path: Path, clock: FakeClock) -> Iterator[BrokerStore]:
+    s = BrokerStore(path, clock)
+    yield s
+    s.close()
+
+
+def stream_on(store: BrokerStore, consumer: str) -> SqliteEventStream:
+    return SqliteEventStream(store, stream="events", group="relay", consumer=consumer)
+
+
+def ctx(m: StreamMessage, consumer: str) -> MessageContext:
+    return MessageContext(stream="events", group="relay", consumer=consumer, message_id=m.id,
+                          timestamp="2030-03-17T17:46:40.000Z", delivery=m.delivery)
+
+
+def begin_req(m: StreamMessage, consumer: str, attempts: int = 3) -> BeginRequest:
+    return BeginRequest(
+        context=ctx(m, consumer), classification="matched:fn", token=f"inv-{m.id}",
+        claims=(ClaimRequest(field=A, max_attempts=attempts, lease_ms=60_000),), gates=(A,),
+    )
+
+
+def finish_req(m: StreamMessage, consumer: str, report: AttemptReport) -> FinishRequest:
+    return FinishRequest(context=ctx(m, consumer), token=f"inv-{m.id}", reports=(report,),
+                         gates=(A,))
+
+
+async def publish(store: BrokerStore, n: int, payload: bytes = b"{}") -> list[str]:
+    return [
+        await store.write(lambda c, now: jobs.publish(c, now, "events", payload, 2), wakes=True)
+        for _ in range(n)
+    ]
+
+
+async def test_a_batch_is_one_step_and_a_delivery_taken_over_is_lost(
+    path: Path, store: BrokerStore, clock: FakeClock
+) -> None:
+    """``begin_many`` claims every member in one transaction; a member whose job
+    another consumer took over (a new token) is answered ``lost`` and nothing of
+    it is written; ``finish_many`` acknowledges the rest in one transaction."""
+    await publish(store, 4)
+    got = await stream_on(store, "w").read(4, 0)
+    assert [m.delivery for m in got] == [store.leases[jobs.seq_of(m.id) or 0] for m in got]
+    clock.advance(61)
+    [taken] = (await stream_on(store, "other").reclaim(60_000, 1)).messages
+    commits = store.commits
+    begun = await SqliteInvocationLedger(store).begin_many([begin_req(m, "w") for m in got])
+    assert store.commits == commits + 1
+    assert [r.lost for r in begun] == [m.id == taken.id for m in got]
+    assert rows(path, "SELECT count(*) FROM ledger WHERE seq = ?", jobs.seq_of(taken.id)) == [(0,)]
+    held = [m for m in got if m.id != taken.id]
+    report = AttemptReport(field=A, attempt=1, transition=Complete(), error="")
+    settled = await SqliteInvocationLedger(store).finish_many(
+        [finish_req(m, "w", report) for m in held]
+    )
+    assert store.commits == commits + 2
+    assert all(s.acknowledged for s in settled)
+    states = dict(rows(path, "SELECT seq, state FROM jobs"))
+    assert sorted(states.values()) == ["acked", "acked", "acked", "leased"]
+    assert states[jobs.seq_of(taken.id)] == "leased"
+
+
+async def test_a_full_file_mid_batch_fails_every_caller_and_commits_none_of_it(
+    path: Path, store: BrokerStore
+) -> None:
+    """Row 170 (issue 35 item 12a, confirmed): on ``SQLITE_FULL`` SQLite rolls the
+    whole transaction back by itself. A malformed event's DLQ insert hits the
+    file's size limit; the ledger rule takes that for a failed DLQ write and the
+    writer went on: before the fix the next step of the same batch (a publish)
+    ran in autocommit and was on disk while its caller was told the batch
+    failed. Now every caller of the batch fails and the file holds what it held."""
+    [mid] = await publish(store, 1)
+    [m] = await stream_on(store, "w").read(1, 0)
+
+    def cap(c: sqlite3.Connection, _: int) -> None:  # the file may not grow
+        pages = c.execute("PRAGMA page_count").fetchone()[0]
+        c.execute(f"PRAGMA max_page_count = {pages}")
+
+    await store.write(cap)
+    ledger = SqliteInvocationLedger(store)
+    hold = Hold()
+    outcomes: dict[str, str] = {}
+
+    async def call(name: str, fn: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await fn()
+            outcomes[name] = "answered"
+        except DependencyUnavailable as exc:
+            outcomes[name] = str(exc)
+
+    request = MalformedRequest(context=ctx(m, "w"), reason="malformed", event="y" * 200_000)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.write, hold.step)
+        await anyio.to_thread.run_sync(hold.entered.wait, 10.0)
+        tg.start_soon(call, "dlq", lambda: ledger.dead_letter_malformed(request))
+        await poll(lambda: store._queue.qsize() >= 1, 10.0, "the DLQ step queued")
+        tg.start_soon(call, "publish", lambda: publish(store, 1))
+        await poll(lambda: store._queue.qsize() >= 2, 10.0, "the publish queued")
+        hold.release.set()
+    assert outcomes["dlq"].startswith("sqlite broker write failed: database or disk is full")
+    assert outcomes["publish"] == outcomes["dlq"]
+    assert rows(path, "SELECT seq, state FROM jobs") == [(jobs.seq_of(mid), "leased")]
+    assert rows(path, "SELECT count(*) FROM dlq") == [(0,)]
+
+
+class Hold:
+    """A step that keeps the writer thread inside its transaction until released."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def step(self, conn: sqlite3.Connection, now_ms: int) -> None:
+        self.entered.set()
+        assert self.release.wait(10.0)
