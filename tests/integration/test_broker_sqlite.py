@@ -36,7 +36,7 @@ from relay.domain.outcome import (
 )
 from relay.domain.priority import AGING_STEP_MS
 from tests.fakes import FakeClock
-from tests.integration.broker_rows import rows
+from tests.integration.broker_rows import read_held, rows
 
 pytestmark = pytest.mark.anyio
 
@@ -98,6 +98,7 @@ _CLAIMER = """
 import sys, anyio
 from pathlib import Path
 from typing import Any
+from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.adapters.system import SystemClock
@@ -111,10 +112,13 @@ async def main() -> None:
         await anyio.sleep(0.01)
     empty = 0
     while empty < 3:
-        got = await stream.read(1, 0)
+        got = await stream.read(1, 0)  # a peek: the job is leased by the hold (a begin)
         empty = 0 if got else empty + 1
+        wanted = [(jobs.seq_of(m.id), m.delivery) for m in got]
+        held = await store.write(lambda c, now: jobs.hold(c, now, sys.argv[2], wanted))
         for m in got:
-            print(m.id, flush=True)
+            if jobs.seq_of(m.id) in held:
+                print(m.id, flush=True)
     store.close()
 
 anyio.run(main)
@@ -124,8 +128,10 @@ anyio.run(main)
 async def test_competing_claimers_in_three_processes_never_share_a_job(
     tmp_path: Path, path: Path, store: BrokerStore
 ) -> None:
-    """Row 70: three processes claim from one file at once; BEGIN IMMEDIATE makes
-    each lease exclusive: every job is leased exactly once, none is lost."""
+    """Row 70: three processes claim from one file at once (each read a peek, each
+    lease the conditional hold a begin makes); BEGIN IMMEDIATE makes each lease
+    exclusive: every job is leased exactly once, none is lost, and a process
+    that lost a job to another answers it lost and reads on."""
     ids = await publish(store, 900)
     claimed: list[str] = []
 
@@ -218,17 +224,17 @@ async def test_a_restart_makes_old_leases_ready_and_voids_their_tokens(
     leases them with new tokens, and the old tokens fence nothing."""
     ids = await publish(store, 3)
     old = stream_on(store, "host-1")
-    assert len(await old.read(3, 0)) == 3
+    assert len(await read_held(store, old, 3)) == 3
     old_tokens = dict(store.leases)
     other = stream_on(store, "host-2")
     [kept] = await publish(store, 1)
-    await other.read(1, 0)  # another host's lease is not ours to release
+    await read_held(store, other, 1)  # another host's lease is not ours to release
     restarted_store = BrokerStore(path, clock)
     try:
         restarted = stream_on(restarted_store, "host-1")
         await restarted.ensure_group()
         assert state_of(path, kept) == "leased"
-        again = await restarted.read(10, 0)
+        again = await read_held(restarted_store, restarted, 10)
         assert sorted(m.id for m in again) == sorted(ids)
         assert {m.deliveries for m in again} == {2}
         for seq, token in old_tokens.items():
@@ -305,7 +311,7 @@ async def test_arrival_faster_than_processing_grows_the_table_not_the_leases(
     stays on disk, ready."""
     await publish(store, 2000)
     stream = stream_on(store)
-    assert len(await stream.read(4, 0)) == 4
+    assert len(await read_held(store, stream, 4)) == 4
     counts = dict(rows(path, "SELECT state, count(*) FROM jobs GROUP BY state"))
     assert counts == {"leased": 4, "ready": 1996}
     assert len(store.leases) == 4

@@ -29,7 +29,7 @@ from relay.domain.outcome import (
     StreamMessage,
 )
 from tests.fakes import FakeClock
-from tests.integration.broker_rows import rows
+from tests.integration.broker_rows import read_held, rows
 from tests.integration.runtime_support import poll
 
 pytestmark = pytest.mark.anyio
@@ -89,7 +89,7 @@ async def test_a_batch_is_one_step_and_a_delivery_taken_over_is_lost(
     another consumer took over (a new token) is answered ``lost`` and nothing of
     it is written; ``finish_many`` acknowledges the rest in one transaction."""
     await publish(store, 4)
-    got = await stream_on(store, "w").read(4, 0)
+    got = await read_held(store, stream_on(store, "w"), 4)
     assert [m.delivery for m in got] == [store.leases[jobs.seq_of(m.id) or 0] for m in got]
     clock.advance(61)
     [taken] = (await stream_on(store, "other").reclaim(60_000, 1)).messages
@@ -108,6 +108,53 @@ async def test_a_batch_is_one_step_and_a_delivery_taken_over_is_lost(
     states = dict(rows(path, "SELECT seq, state FROM jobs"))
     assert sorted(states.values()) == ["acked", "acked", "acked", "leased"]
     assert states[jobs.seq_of(taken.id)] == "leased"
+
+
+async def test_a_read_only_peeks_and_the_begin_leases_and_claims_in_one_commit(
+    tmp_path: Path, path: Path, store: BrokerStore, clock: FakeClock
+) -> None:
+    """Rows 174-175: a read writes nothing (the jobs stay ready, no delivery
+    counted), and a second reader of the same process is handed other jobs. The
+    begin leases each job with its delivery handle and claims its invocation in
+    one transaction: one durable commit for both. A reader of another process
+    (its own writer on the same file) that begins the same jobs first wins them:
+    this begin answers ``lost`` for each and writes nothing of them, and this
+    process moves off the head of the queue (its lane)."""
+    await publish(store, 4)
+    a, b = stream_on(store, "a"), stream_on(store, "b")
+    first = await a.read(2, 0)
+    assert rows(path, "SELECT DISTINCT state, deliveries FROM jobs") == [("ready", 0)]
+    second = await b.read(4, 0)
+    assert {m.id for m in first}.isdisjoint(m.id for m in second)
+    assert len(second) == 2  # the other two are offered to ``a``
+    commits = store.commits
+    begun = await SqliteInvocationLedger(store).begin_many([begin_req(m, "a") for m in first])
+    assert store.commits == commits + 1
+    assert [s.status for r in begun for s in r.statuses] == ["claimed", "claimed"]
+    held = rows(path, "SELECT state, consumer, deliveries, token FROM jobs WHERE consumer = 'a'")
+    assert sorted(held) == sorted(("leased", "a", 1, m.delivery) for m in first)
+    other = BrokerStore(path, clock)  # another process's writer on the same file
+    try:
+        racer = [MessageContext(stream="events", group="relay", consumer="c",
+                                message_id=m.id, timestamp="t", delivery=f"x.{jobs.seq_of(m.id)}.0")
+                 for m in second]
+        won = await SqliteInvocationLedger(other).begin_many([
+            BeginRequest(context=r, classification="matched:fn", token="inv-c",
+                         claims=(ClaimRequest(field=A, max_attempts=3, lease_ms=60_000),),
+                         gates=(A,))
+            for r in racer
+        ])
+        assert [r.lost for r in won] == [False, False]
+    finally:
+        other.close()
+    lost = await SqliteInvocationLedger(store).begin_many([begin_req(m, "b") for m in second])
+    assert [r.lost for r in lost] == [True, True]
+    assert [r.statuses for r in lost] == [(), ()]
+    for m in second:  # only the winner's classification and claim are recorded
+        stamp = rows(path, "SELECT value FROM ledger WHERE seq = ? AND field = '@class'",
+                     jobs.seq_of(m.id))
+        assert stamp == [("matched:fn#inv-c",)]
+    assert rows(path, "SELECT count(*) FROM jobs WHERE consumer = 'b'") == [(0,)]
 
 
 async def test_a_full_file_mid_batch_fails_every_caller_and_commits_none_of_it(
@@ -149,7 +196,7 @@ async def test_a_full_file_mid_batch_fails_every_caller_and_commits_none_of_it(
         hold.release.set()
     assert outcomes["dlq"].startswith("sqlite broker write failed: database or disk is full")
     assert outcomes["publish"] == outcomes["dlq"]
-    assert rows(path, "SELECT seq, state FROM jobs") == [(jobs.seq_of(mid), "leased")]
+    assert rows(path, "SELECT seq, state, deliveries FROM jobs") == [(jobs.seq_of(mid), "ready", 0)]
     assert rows(path, "SELECT count(*) FROM dlq") == [(0,)]
 
 

@@ -17,7 +17,7 @@ from relay.domain import events as ev
 from relay.domain import schedule
 from relay.domain.execution import InvocationResult
 from tests.fakes import FakeClock
-from tests.integration.broker_rows import rows
+from tests.integration.broker_rows import read_held, rows
 from tests.integration.broker_world import BrokerWorld
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +56,7 @@ async def test_a_job_released_at_a_restart_is_read_as_a_redelivery(store: Broker
     """Row 172: the restarted worker's release puts the lease back to ready; the
     next read of it is the job's second delivery, and says so."""
     mid = await publish_one(store)
-    [first] = await stream_on(store, "w").read(1, 0)
+    [first] = await read_held(store, stream_on(store, "w"), 1)
     assert (first.id, first.reclaimed, first.deliveries) == (mid, False, 1)
     restarted = stream_on(store, "w")
     await restarted.ensure_group()  # the previous process is gone: its leases are ready
@@ -71,7 +71,7 @@ async def test_a_job_given_back_after_a_takeover_is_still_a_redelivery(
     delivery uncounted); the job had been delivered before, so the next read is a
     redelivery. A first claim given back was never delivered: read as a first."""
     mid = await publish_one(store)
-    await stream_on(store, "dead").read(1, 0)
+    await read_held(store, stream_on(store, "dead"), 1)
     clock.advance(61)
     taken = await store.write(lambda c, now: jobs.reclaim(c, now, "events", "gone", 60_000, 1))
     assert await store.write(lambda c, now: jobs.give_back(c, now, taken)) == 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Final
 
 from relay.domain.outcome import StreamMessage
@@ -113,6 +113,49 @@ def claim(
         )
         leased.append((message, token))
     return leased
+
+
+def peek(  # noqa: PLR0917 - every step has the (conn, now_ms) head
+    conn: sqlite3.Connection,
+    now_ms: int,
+    stream: str,
+    count: int,
+    skip: Collection[int],
+    lane: int = 0,
+) -> list[StreamMessage]:
+    """Up to ``count`` ready jobs, chosen by the aging rule, read without a write:
+    each handed out with a fresh delivery handle ``<random>.<seq>.<deliveries>``
+    that :func:`hold` leases the job with later (if it is still ready with that
+    many deliveries). ``skip``: jobs already handed to another reader of this
+    process; ``lane``: how many batches of ``count`` to leave to other processes
+    (0 but after a collision, see :class:`relay.adapters.sqlite.broker.store.Offers`).
+    A job delivered before (``deliveries`` > 0) is a redelivery."""
+    want = count * (lane + 1)
+    per_class = _candidates(conn, stream, want + len(skip))
+    if skip:
+        per_class = [[c for c in cands if c.seq not in skip] for cands in per_class]
+    winners = _winners(per_class, now_ms, want)
+    start = min(lane * count, max(0, len(winners) - count))
+    chosen = winners[start:start + count]
+    if not chosen:
+        return []
+    marks = ",".join("?" * len(chosen))
+    found = {
+        seq: (payload, deliveries)
+        for seq, payload, deliveries in conn.execute(
+            f"SELECT seq, payload, deliveries FROM jobs WHERE seq IN ({marks})",  # noqa: S608 - placeholders
+            tuple(c.seq for c in chosen),
+        )
+    }
+    prefix = new_token()
+    messages: list[StreamMessage] = []
+    for c in chosen:
+        payload, seen = found[c.seq]
+        messages.append(StreamMessage(
+            id=message_id(c.created_ms, c.seq), payload=payload, deliveries=seen + 1,
+            reclaimed=seen > 0, delivery=f"{prefix}.{c.seq}.{seen}",
+        ))
+    return messages
 
 
 def reclaim(  # noqa: PLR0917 - every step has the (conn, now_ms) head

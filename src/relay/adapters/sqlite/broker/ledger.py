@@ -230,14 +230,17 @@ class SqliteInvocationLedger:
         return _Member(ctx, seq, token, rule)
 
     async def _run(self, members: list[_Member], *, hold: bool) -> list[Any]:
-        retention = self._retention_s
+        retention, offers = self._retention_s, self._store.offers
 
         def step(conn: sqlite3.Connection, now_ms: int) -> list[tuple[Any, bool] | None]:
             held = None
             if hold:
                 wanted = [(m.seq, m.token) for m in members]
-                consumer = members[0].ctx.consumer
-                held = jobs.hold(conn, now_ms, consumer, wanted)
+                held = jobs.hold(conn, now_ms, members[0].ctx.consumer, wanted)
+                # A peeked delivery that lost its job while still ready was taken
+                # by a reader of another process: a collision (see Offers).
+                offers.begun([m.seq for m in members],
+                              collided=any(m.seq not in held for m in members))
             running = [m for m in members if held is None or m.seq in held]
             answers = iter(run_members(conn, now_ms, running, retention) if running else [])
             return [next(answers) if held is None or m.seq in held else None for m in members]

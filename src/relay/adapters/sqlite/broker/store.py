@@ -31,6 +31,7 @@ from typing import Any, Final, TypeVar
 import anyio
 
 from relay.adapters.fs.private import private_directory, private_file, tighten_if_present
+from relay.adapters.sqlite.broker.offers import Offers
 from relay.application.ports import Clock
 from relay.domain.errors import DependencyUnavailable, RelayError
 
@@ -146,20 +147,18 @@ def _corrupt(path: Path, why: str) -> CorruptBroker:
 
 
 class _Pending:
-    __slots__ = ("abandoned", "future", "key", "loop", "step", "undo", "wakes")
+    __slots__ = ("abandoned", "future", "loop", "step", "undo", "wakes")
 
     def __init__(
         self,
         step: Step,
         loop: asyncio.AbstractEventLoop,
         wakes: bool,
-        key: int | None,
         undo: Undo | None,
     ) -> None:
         self.step = step
         self.loop = loop
         self.wakes = wakes
-        self.key = key
         self.undo = undo
         # Set (on the caller's loop) when the caller was cancelled: the writer drops
         # an undoable step it has not taken yet (a plain flag, read under the GIL).
@@ -192,22 +191,19 @@ def _still_open(conn: sqlite3.Connection, error: BaseException | None) -> None:
 
 
 class Batch:
-    """What the steps of one transaction share (writer thread only): the ``key``
-    of every step in it (a step's job row, so a step can load what all of them
-    need in one query), a scratch ``scope``, and work to run right before the
-    ``COMMIT`` (writing back what the steps changed, in one statement per table)."""
+    """The transaction being built (writer thread only): what to undo outside the
+    database if it is rolled back (a step that also changed the writer's own
+    memory, such as a read's offers, registers how to take that back)."""
 
-    def __init__(self, keys: set[int]) -> None:
-        self.keys = keys
-        self.scope: dict[str, Any] = {}
-        self._before_commit: list[Callable[[sqlite3.Connection], None]] = []
+    def __init__(self) -> None:
+        self._on_rollback: list[Callable[[], None]] = []
 
-    def before_commit(self, flush: Callable[[sqlite3.Connection], None]) -> None:
-        self._before_commit.append(flush)
+    def on_rollback(self, undo: Callable[[], None]) -> None:
+        self._on_rollback.append(undo)
 
-    def flush(self, conn: sqlite3.Connection) -> None:
-        for flush in self._before_commit:
-            flush(conn)
+    def rolled_back(self) -> None:
+        for undo in self._on_rollback:
+            undo()
 
 
 class BrokerStore:
@@ -223,11 +219,13 @@ class BrokerStore:
         self._closing = threading.Lock()
         self.commits = 0  # transactions committed (diagnostic: steps / commits = batch size)
         self.steps = 0
-        # The lease token of each job this process holds (seq -> token): the fence
-        # every later transition of the job must present.
+        # The delivery handle (lease token) of each job this process was handed
+        # (seq -> token): the fence every later transition of the job presents,
+        # for a caller that does not carry it on ``MessageContext.delivery``.
         self.leases: dict[int, str] = {}
+        self.offers = Offers()  # jobs peeked and not begun yet (writer thread only)
         self._wakers: set[asyncio.Event] = set()
-        self.batch = Batch(set())  # the transaction being built (writer thread only)
+        self.batch = Batch()  # the transaction being built (writer thread only)
         self._thread.start()
 
     def now_ms(self) -> int:
@@ -238,12 +236,11 @@ class BrokerStore:
         step: Callable[[sqlite3.Connection, int], T],
         *,
         wakes: bool = False,
-        key: int | None = None,
         undo: Callable[[sqlite3.Connection, int, T], Any] | None = None,
     ) -> T:
         """Run ``step(conn, now_ms)`` inside the next group commit; its result once
         committed. ``wakes``: the step makes jobs ready (readers blocked here look
-        again); ``key``: the job the step is about (see :class:`Batch`).
+        again).
 
         A step once queued runs to its end (and commits) even if its caller is
         cancelled meanwhile; the cancelled caller just never hears of it (so a
@@ -252,7 +249,7 @@ class BrokerStore:
         while still queued, it never runs; already run, ``undo(conn, now_ms,
         result)`` runs in a later transaction of its own (the claim gives its
         leases back, so no job stays leased to a reader that is gone)."""
-        pending = _Pending(step, asyncio.get_running_loop(), wakes, key, undo)
+        pending = _Pending(step, asyncio.get_running_loop(), wakes, undo)
         self._put(pending)
         try:
             result: T = await pending.future
@@ -285,7 +282,7 @@ class BrokerStore:
         def step(conn: sqlite3.Connection, now_ms: int) -> Any:
             return undo(conn, now_ms, result)
 
-        again = _Pending(step, pending.loop, True, None, None)
+        again = _Pending(step, pending.loop, True, None)
         again.future.add_done_callback(_consume)
         # Closed: the leases stay until this worker's restart releases them (row 73).
         with contextlib.suppress(DependencyUnavailable):
@@ -352,7 +349,7 @@ class BrokerStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             now_ms = self.now_ms()
-            self.batch = Batch({p.key for p in batch if p.key is not None})
+            self.batch = Batch()
             results: list[tuple[Any, BaseException | None]] = []
             for pending in batch:
                 try:
@@ -361,15 +358,11 @@ class BrokerStore:
                     _still_open(conn, exc)
                     raise _StepFailed from exc
                 _still_open(conn, None)
-            try:
-                self.batch.flush(conn)
-            except Exception as exc:
-                _still_open(conn, exc)
-                raise _StepFailed from exc
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            self.batch.rolled_back()
             raise
         self.commits += 1
         self.steps += len(batch)
