@@ -230,17 +230,18 @@ class SqliteInvocationLedger:
         return _Member(ctx, seq, token, rule)
 
     async def _run(self, members: list[_Member], *, hold: bool) -> list[Any]:
-        retention, offers = self._retention_s, self._store.offers
+        store, retention, offers = self._store, self._retention_s, self._store.offers
 
         def step(conn: sqlite3.Connection, now_ms: int) -> list[tuple[Any, bool] | None]:
             held = None
             if hold:
                 wanted = [(m.seq, m.token) for m in members]
                 held = jobs.hold(conn, now_ms, members[0].ctx.consumer, wanted)
-                # A peeked delivery that lost its job while still ready was taken
-                # by a reader of another process: a collision (see Offers).
-                offers.begun([m.seq for m in members],
-                              collided=any(m.seq not in held for m in members))
+                # The offers are withdrawn once the leases are visible (committed,
+                # or rolled back: ready again). A lost job was taken by a reader
+                # of another process: a collision (see Offers).
+                seqs, collided = [m.seq for m in members], len(held) < len(members)
+                store.batch.at_end(lambda: offers.begun(seqs, collided=collided))
             running = [m for m in members if held is None or m.seq in held]
             answers = iter(run_members(conn, now_ms, running, retention) if running else [])
             return [next(answers) if held is None or m.seq in held else None for m in members]

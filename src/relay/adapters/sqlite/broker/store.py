@@ -191,19 +191,20 @@ def _still_open(conn: sqlite3.Connection, error: BaseException | None) -> None:
 
 
 class Batch:
-    """The transaction being built (writer thread only): what to undo outside the
-    database if it is rolled back (a step that also changed the writer's own
-    memory, such as a read's offers, registers how to take that back)."""
+    """The transaction being built (writer thread only): what a step changed
+    outside the database that must wait for the transaction's end (its
+    ``COMMIT`` or its rollback), such as a begun job's offer, which must not be
+    withdrawn before its lease is visible to the other readers."""
 
     def __init__(self) -> None:
-        self._on_rollback: list[Callable[[], None]] = []
+        self._at_end: list[Callable[[], None]] = []
 
-    def on_rollback(self, undo: Callable[[], None]) -> None:
-        self._on_rollback.append(undo)
+    def at_end(self, then: Callable[[], None]) -> None:
+        self._at_end.append(then)
 
-    def rolled_back(self) -> None:
-        for undo in self._on_rollback:
-            undo()
+    def ended(self) -> None:
+        for then in self._at_end:
+            then()
 
 
 class BrokerStore:
@@ -223,7 +224,9 @@ class BrokerStore:
         # (seq -> token): the fence every later transition of the job presents,
         # for a caller that does not carry it on ``MessageContext.delivery``.
         self.leases: dict[int, str] = {}
-        self.offers = Offers()  # jobs peeked and not begun yet (writer thread only)
+        self.offers = Offers()  # jobs peeked and not begun yet
+        self._reader: sqlite3.Connection | None = None  # reads only (see peek)
+        self._reading = threading.Lock()
         self._wakers: set[asyncio.Event] = set()
         self.batch = Batch()  # the transaction being built (writer thread only)
         self._thread.start()
@@ -302,6 +305,22 @@ class BrokerStore:
 
         return await anyio.to_thread.run_sync(run)
 
+    async def peek(self, query: Callable[[sqlite3.Connection, int], T]) -> T:
+        """``query(conn, now_ms)`` on this process's one reading connection, in a
+        worker thread: a read never waits for the writer's batch (its fsync), and
+        sees only committed transactions (WAL: a snapshot per statement)."""
+
+        def run() -> T:
+            with self._reading:
+                if self._reader is None:
+                    self._reader = connect(self.path)
+                try:
+                    return query(self._reader, self.now_ms())
+                except sqlite3.Error as exc:
+                    raise DependencyUnavailable(f"sqlite broker read failed: {exc}") from exc
+
+        return await anyio.to_thread.run_sync(run)
+
     def _run(self) -> None:
         while True:
             first = self._queue.get()
@@ -362,8 +381,9 @@ class BrokerStore:
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            self.batch.rolled_back()
             raise
+        finally:
+            self.batch.ended()
         self.commits += 1
         self.steps += len(batch)
         return results
@@ -437,3 +457,7 @@ class BrokerStore:
             self._queue.put(None)
         self._thread.join(timeout=30)
         self._conn.close()
+        with self._reading:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None

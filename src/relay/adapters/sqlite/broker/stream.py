@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Final
 
 import anyio
+import anyio.lowlevel
 
 from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
@@ -60,21 +61,26 @@ class SqliteEventStream:
         waker = self._waker
         store = self._store
         offers = store.offers
+        handed: list[StreamMessage] = []
 
         def peek(c: sqlite3.Connection, now: int) -> list[StreamMessage]:
-            got = jobs.peek(c, now, stream, count, offers.live(now), offers.lane)
-            seqs = _seqs(got)
-            offers.offer(seqs, now)
-            # A batch that fails answers this read with its error: nothing offered.
-            store.batch.on_rollback(lambda: offers.forget(seqs))
-            return got
+            def choose(offered: set[int], lane: int) -> list[int]:
+                handed[:] = jobs.peek(c, now, stream, count, offered, lane)
+                return _seqs(handed)
 
-        def forget(c: sqlite3.Connection, now: int, got: list[StreamMessage]) -> None:
-            offers.forget(_seqs(got))  # the reader is gone
+            offers.take(now, choose)
+            return list(handed)
 
         while True:
             waker.clear()
-            peeked = await self._store.write(peek, undo=forget)
+            try:
+                peeked = await store.peek(peek)
+                # A thread call ends even when cancelled meanwhile: its caller is
+                # gone, so what it chose goes to the next reader, not to nobody.
+                await anyio.lowlevel.checkpoint_if_cancelled()
+            except BaseException:
+                offers.forget(_seqs(handed))
+                raise
             if peeked or anyio.current_time() >= deadline:
                 return self._handed(peeked)
             with anyio.move_on_after(min(POLL_S, max(0.0, deadline - anyio.current_time()))):
