@@ -6,6 +6,7 @@ back by itself (a full file) fails every caller with nothing half committed."""
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -30,11 +31,14 @@ from relay.domain.outcome import (
 )
 from tests.fakes import FakeClock
 from tests.integration.broker_rows import read_held, rows
+from tests.integration.broker_world import BrokerWorld
 from tests.integration.runtime_support import poll
 
 pytestmark = pytest.mark.anyio
 
 A = "fn/h.run"
+REPO = Path(__file__).resolve().parents[2]
+SIGKILLED = -9
 
 
 @pytest.fixture
@@ -210,3 +214,104 @@ class Hold:
     def step(self, conn: sqlite3.Connection, now_ms: int) -> None:
         self.entered.set()
         assert self.release.wait(10.0)
+
+
+_DIES_WITH_A_BATCH_HALF_SETTLED = """
+import os, signal, sys, threading, anyio
+from pathlib import Path
+from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
+from relay.adapters.sqlite.broker.store import BrokerStore
+from relay.adapters.sqlite.broker.stream import SqliteEventStream
+from relay.adapters.system import SystemClock
+from relay.domain.invocation import Complete, Exhaust
+from relay.domain.outcome import (
+    AttemptReport, BeginRequest, ClaimRequest, FinishRequest, MessageContext,
+)
+
+FIELD = "fn/h.run"
+
+async def main():
+    store = BrokerStore(Path(sys.argv[1]), SystemClock())
+    stream = SqliteEventStream(store, stream="events", group="relay", consumer="worker-1")
+    ledger = SqliteInvocationLedger(store)
+    got = list(await stream.read(16, 0))
+    ctxs = [MessageContext(stream="events", group="relay", consumer="worker-1",
+                           message_id=m.id, timestamp="t", delivery=m.delivery) for m in got]
+    claim = ClaimRequest(field=FIELD, max_attempts=3, lease_ms=300)
+    await ledger.begin_many([BeginRequest(context=c, classification="matched:fn",
+                                          token="tok-" + c.message_id, claims=(claim,),
+                                          gates=(FIELD,)) for c in ctxs])
+
+    def fin(i, c):  # every fourth job fails for good: dead-lettered by its finish
+        t, error = (Exhaust(), "boom") if i % 4 == 0 else (Complete(), "")
+        report = AttemptReport(field=FIELD, attempt=1, transition=t, error=error)
+        return FinishRequest(context=c, token="tok-" + c.message_id, reports=(report,),
+                             gates=(FIELD,))
+
+    await ledger.finish_many([fin(i, c) for i, c in enumerate(ctxs[:8])])
+    print(" ".join(c.message_id for c in ctxs[:8]), flush=True)
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold(conn, now):
+        entered.set()
+        gate.wait(10)
+
+    def die(conn, now):  # the second half's finish ran in this transaction: no COMMIT
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.write, hold)
+        await anyio.to_thread.run_sync(entered.wait, 10)
+        tg.start_soon(ledger.finish_many, [fin(i, c) for i, c in enumerate(ctxs[8:], 8)])
+        while store._queue.qsize() < 1:
+            await anyio.sleep(0.001)
+        tg.start_soon(store.write, die)
+        while store._queue.qsize() < 2:
+            await anyio.sleep(0.001)
+        gate.set()
+
+anyio.run(main)
+"""
+
+
+async def test_a_worker_killed_with_a_batch_half_settled_loses_nothing_and_dead_letters_once(
+    tmp_path: Path, path: Path
+) -> None:
+    """Row 177 (issue 29): a worker process reads 16 jobs, begins them in one
+    transaction, settles the first 8 (two of them dead-lettered) and is SIGKILLed
+    inside the transaction settling the other 8 (two more exhausting). Nothing of
+    that transaction is on disk. Restarted (same consumer: its leases are ready
+    again), the real delivery path runs every job not settled exactly once more,
+    none of the 8 settled again: lost 0, and exactly one DLQ entry per
+    dead-lettered job."""
+    seed = BrokerStore(path, FakeClock(1.0))
+    try:
+        ids = await publish(seed, 32, b'{"kind": "job"}')
+    finally:
+        seed.close()
+    died = await anyio.run_process(
+        [sys.executable, "-c", _DIES_WITH_A_BATCH_HALF_SETTLED, str(path)],
+        cwd=REPO, check=False,
+    )
+    assert died.returncode == SIGKILLED, died.stderr.decode()[-400:]
+    settled = died.stdout.decode().split()
+    assert len(settled) == 8
+    states = dict(rows(path, "SELECT seq, state FROM jobs"))
+    assert sorted(states.values()).count("acked") == 8
+    assert sorted(states.values()).count("leased") == 8  # the half whose settling died
+    dead = [original for (original,) in rows(path, "SELECT original_id FROM dlq")]
+    assert dead == [settled[0], settled[4]]
+    world = BrokerWorld(path)  # the restart: same consumer name
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(world.run_loops)
+            await poll(lambda: rows(path, "SELECT DISTINCT state FROM jobs") == [("acked",)],
+                       30.0, "every job acknowledged")
+            tg.cancel_scope.cancel()
+    finally:
+        world.close()
+    ran = sorted(r.context for r in world.runtime.requests)
+    assert len(ran) == len(set(ran)) == 24  # each job not settled before, once
+    assert set(settled).isdisjoint(ran)
+    assert set(ran) | set(settled) == set(ids)
+    assert [o for (o,) in rows(path, "SELECT original_id FROM dlq")] == dead  # no duplicate
