@@ -1,20 +1,20 @@
-"""The embedded broker's file: opening it, its schema, and its one writer thread.
+"""The embedded broker's one writer thread (the file itself: :mod:`.file`).
 
 WAL mode, ``synchronous=FULL`` (never weakened), every state change inside a
 ``BEGIN IMMEDIATE`` transaction. Writes are *group-committed*: each caller hands
 its step to the writer thread and awaits it; the thread takes every step queued
-meanwhile, runs each in a savepoint of one ``BEGIN IMMEDIATE`` transaction, and
+meanwhile, runs them in one ``BEGIN IMMEDIATE`` transaction, and
 answers the callers only after that transaction's ``COMMIT`` returned. A step
 therefore never reports a change that is not on disk, and concurrent claims and
 acknowledgments share one fsync instead of paying one each.
 
 Several processes on one host may share the file (producers, the CLI, workers):
-``BEGIN IMMEDIATE`` takes SQLite's write lock, so the claim transaction is the
-single writer's critical section across processes too (``busy_timeout`` waits
-for another process's transaction instead of failing).
+``BEGIN IMMEDIATE`` takes SQLite's write lock, so the begin's transaction (the
+lease with the claim) is the single writer's critical section across processes
+too (``busy_timeout`` waits for another process's transaction instead of failing).
 
-A corrupt file is detected at open (``PRAGMA quick_check``) and refused with one
-line; it is never recreated behind the user's back.
+Reads that need no write (a consumer's peek) run on one reading connection of
+their own (:meth:`BrokerStore.peek`), so they never wait for the writer's fsync.
 """
 
 from __future__ import annotations
@@ -30,120 +30,19 @@ from typing import Any, Final, TypeVar
 
 import anyio
 
-from relay.adapters.fs.private import private_directory, private_file, tighten_if_present
+from relay.adapters.sqlite.broker.file import SCHEMA, CorruptBroker, connect, open_checked
 from relay.adapters.sqlite.broker.offers import Offers
 from relay.application.ports import Clock
-from relay.domain.errors import DependencyUnavailable, RelayError
+from relay.domain.errors import DependencyUnavailable
+
+# The file's schema and opening live in ``file``; callers have always found them here.
+__all__ = ["SCHEMA", "BrokerStore", "CorruptBroker", "connect", "open_checked"]
 
 T = TypeVar("T")
 Step = Callable[[sqlite3.Connection, int], Any]
 Undo = Callable[[sqlite3.Connection, int, Any], Any]
 
-BUSY_TIMEOUT_MS: Final = 10_000
 MAX_BATCH: Final = 512  # steps per group commit
-
-SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    stream TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    priority INTEGER NOT NULL DEFAULT 2,
-    payload BLOB,
-    state TEXT NOT NULL DEFAULT 'ready' CHECK (state IN ('ready', 'leased', 'acked')),
-    token TEXT,
-    consumer TEXT,
-    leased_ms INTEGER,
-    deliveries INTEGER NOT NULL DEFAULT 0,
-    expires_ms INTEGER
-);
-CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (stream, priority, created_ms, seq)
-    WHERE state = 'ready';
-CREATE INDEX IF NOT EXISTS jobs_leased ON jobs (stream, leased_ms) WHERE state = 'leased';
-CREATE INDEX IF NOT EXISTS jobs_acked ON jobs (expires_ms) WHERE state = 'acked';
-CREATE TABLE IF NOT EXISTS ledger (
-    seq INTEGER NOT NULL,
-    field TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (seq, field)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS dlq (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    created_ms INTEGER NOT NULL,
-    original_stream TEXT NOT NULL,
-    original_id TEXT NOT NULL,
-    grp TEXT NOT NULL,
-    consumer TEXT NOT NULL,
-    event TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    function TEXT NOT NULL,
-    handler TEXT NOT NULL,
-    deliveries INTEGER NOT NULL,
-    handler_attempts INTEGER NOT NULL,
-    timestamp TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS occurrences (
-    id TEXT PRIMARY KEY,
-    message_id TEXT NOT NULL,
-    expires_ms INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS occurrences_expiry ON occurrences (expires_ms);
-"""
-
-
-class CorruptBroker(RelayError):
-    """The broker file fails SQLite's integrity check (or is not a database)."""
-
-
-def connect(path: Path) -> sqlite3.Connection:
-    """A connection with the broker's pragmas, in autocommit (transactions are ours)."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    return conn
-
-
-def open_checked(path: Path) -> sqlite3.Connection:
-    """Open (creating when absent) and check the file; raises :class:`CorruptBroker`
-    with one line naming the file, or ``DependencyUnavailable`` when it cannot be
-    opened at all. The file holds event payloads: like the state database it is
-    0600 (and directories Relay creates 0700), whatever the umask."""
-    try:
-        existed = path.exists() and path.stat().st_size > 0
-        private_directory(path.parent)
-        private_file(path)
-        for suffix in ("-wal", "-shm"):
-            tighten_if_present(path.with_name(path.name + suffix))
-    except OSError as exc:
-        raise DependencyUnavailable(f"broker file {path}: {exc.strerror or exc}") from exc
-    try:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
-    except sqlite3.Error as exc:
-        raise DependencyUnavailable(f"broker file {path}: cannot open: {exc}") from exc
-    try:
-        if existed:
-            _quick_check(conn, path)
-        conn.close()
-        conn = connect(path)
-        conn.executescript(SCHEMA)
-    except sqlite3.DatabaseError as exc:
-        conn.close()
-        raise _corrupt(path, str(exc)) from exc
-    return conn
-
-
-def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
-    rows = conn.execute("PRAGMA quick_check").fetchall()
-    problems = [str(r[0]) for r in rows if r[0] != "ok"]
-    if problems:
-        raise _corrupt(path, problems[0])
-
-
-def _corrupt(path: Path, why: str) -> CorruptBroker:
-    return CorruptBroker(
-        f"broker file {path} is corrupt ({why.splitlines()[0][:120]}); it was left as it is:"
-        " restore it from a backup or move it aside to start with an empty queue"
-    )
 
 
 class _Pending:
@@ -312,6 +211,8 @@ class BrokerStore:
 
         def run() -> T:
             with self._reading:
+                if self._closed:
+                    raise DependencyUnavailable("sqlite broker is closed")
                 if self._reader is None:
                     self._reader = connect(self.path)
                 try:
