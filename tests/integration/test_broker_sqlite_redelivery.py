@@ -125,3 +125,34 @@ async def test_a_restart_never_acknowledges_a_skip_occurrence_waiting_out_its_ba
         assert rows(path, "SELECT count(*) FROM dlq") == [(0,)]
     finally:
         world.close()
+
+
+async def test_an_occurrence_handed_out_and_not_begun_counts_as_delivered_for_overlap(
+    path: Path, clock: FakeClock
+) -> None:
+    """Row 175: a read only peeks, so two occurrences of an ``overlap: skip``
+    schedule read in one batch are both still ready when the later one is
+    dispatched first. The earlier one was handed to this process's reader: it
+    counts as delivered (as a Redis entry is pending from its read), so the later
+    one is skipped instead of running beside it."""
+    template = {"schedules": [
+        {"handler": "jobs.tick", "cron": "* * * * *", "overlap": "skip", "retries": 2}
+    ]}
+    world = BrokerWorld(path, clock=clock, template=template)
+    skipped: list[ev.OccurrenceSkipped] = []
+    world.bus.subscribe(ev.OccurrenceSkipped, skipped.append)
+    try:
+        a = await world.occurrences.publish(schedule.envelope("fn", "jobs.tick", MINUTE))
+        b = await world.occurrences.publish(schedule.envelope("fn", "jobs.tick", MINUTE + 60))
+        one, two = await world.stream.read(2, 0)
+        assert (one.id, two.id) == (a, b)
+        assert rows(path, "SELECT DISTINCT state FROM jobs") == [("ready",)]
+        await world.dispatch(two)  # before ``one`` is begun
+        assert [s.occurrence_id for s in skipped] == [
+            schedule.occurrence_id("fn", "jobs.tick", MINUTE + 60)
+        ]
+        assert world.runtime.requests == []
+        await world.dispatch(one)
+        assert len(world.runtime.requests) == 1
+    finally:
+        world.close()

@@ -1,18 +1,20 @@
 """The invocation ledger in the broker file: the same database as the queue.
 
-No third copy of the rules: each ledger call loads the message's ledger rows
-``(seq, field, value)`` into a dict, calls :mod:`relay.domain.ledger_rules`
-with effects that insert into the ``dlq`` table and acknowledge the job, and
-writes the changed fields back, all inside one group-committed ``BEGIN
-IMMEDIATE`` transaction. A claim and its job's lease, a DLQ entry and its
-``:dlq`` marker, the last result and the acknowledgment each commit together
+No third copy of the rules: each ledger call (one message or a batch of them) is
+one writer step, so one group-committed ``BEGIN IMMEDIATE`` transaction: it loads
+its messages' ledger rows ``(seq, field, value)`` with one query, calls
+:mod:`relay.domain.ledger_rules` per message with effects that insert into the
+``dlq`` table and acknowledge the job, and writes the changed fields back with
+one statement per kind. A begin first leases each job with its delivery handle
+(:func:`jobs.hold`), so a job's lease and its invocation claim, a DLQ entry and
+its ``:dlq`` marker, the last result and the acknowledgment each commit together
 or not at all.
 
-The acknowledgment is fenced by the job's lease token (the one this process
-got when it leased or reclaimed the job): a worker whose job was reassigned
-still records its fenced result in the ledger (the invocation's own token
-decides that, as on Redis) but cannot acknowledge the new holder's job; the
-holder settles it from the ledger.
+The acknowledgment is fenced by the job's lease token (the delivery handle its
+begin leased it with, or a reclaim's): a worker whose job was reassigned still
+records its fenced result in the ledger (the invocation's own token decides
+that, as on Redis) but cannot acknowledge the new holder's job, and is told it
+did not; the holder settles it from the ledger.
 """
 
 from __future__ import annotations
