@@ -202,7 +202,7 @@ async def test_a_lease_is_reclaimable_exactly_when_its_idle_time_is_reached(
     recovery takes it; a renewal by the holder restarts the idle time."""
     [mid] = await publish(store, 1)
     holder, other = stream_on(store, "holder"), stream_on(store, "other")
-    await holder.read(1, 0)
+    await read_held(store, holder, 1)
     clock.advance(59.999)
     assert (await other.reclaim(60_000, 10)).messages == ()
     ledger = SqliteInvocationLedger(store)
@@ -324,7 +324,7 @@ async def test_retention_deletes_only_acknowledged_jobs_past_their_ledger_retent
     is over; ready and leased jobs (however old) are never deleted."""
     done, leased, ready = await publish(store, 3)
     stream = stream_on(store)
-    got = await stream.read(2, 0)
+    got = await read_held(store, stream, 2)
     assert [m.id for m in got] == [done, leased]
     ledger = SqliteInvocationLedger(store, acked_ttl_s=3600)
     await ledger.begin(begin_request(stream, done, "t1"))

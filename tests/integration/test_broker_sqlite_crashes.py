@@ -187,7 +187,8 @@ async def test_an_ack_delayed_past_min_idle_counts_until_the_job_is_taken_over(
         [taken] = (await other.reclaim(60_000, 10)).messages  # only the unacknowledged one
         assert taken.id == second
         store.leases[jobs.seq_of(second) or 0] = slow_token  # the slow worker's view
-        await ledger.finish(finish_request(slow, second, f"inv-{second}"))
+        late = await ledger.finish(finish_request(slow, second, f"inv-{second}"))
+        assert not late.acknowledged  # and it is told so (row 171)
         states = dict(rows(path, "SELECT seq, state FROM jobs"))
         assert (states[jobs.seq_of(first)], states[jobs.seq_of(second)]) == ("acked", "leased")
     finally:
