@@ -315,3 +315,30 @@ async def test_a_worker_killed_with_a_batch_half_settled_loses_nothing_and_dead_
     assert set(settled).isdisjoint(ran)
     assert set(ran) | set(settled) == set(ids)
     assert [o for (o,) in rows(path, "SELECT original_id FROM dlq")] == dead  # no duplicate
+
+
+async def test_a_process_that_collided_reads_off_the_head_then_comes_back_to_it(
+    store: BrokerStore,
+) -> None:
+    """Row 174: after a begin lost jobs to another process, this process's reads
+    leave ``lane`` batches at the head to the others (never more than the queue
+    holds beyond one batch), and after 16 begins without a collision it reads the
+    head again, so a process left alone never leaves the head waiting."""
+    ids = await publish(store, 5)
+    offers = store.offers
+    got: dict[int, list[str]] = {}
+    for lane in range(4):
+
+        def read(c: sqlite3.Connection, now: int, lane: int = lane) -> list[StreamMessage]:
+            return jobs.peek(c, now, "events", 2, set(), lane)
+
+        got[lane] = [m.id for m in await store.peek(read)]
+    assert got == {0: ids[0:2], 1: ids[2:4], 2: ids[3:5], 3: ids[3:5]}
+    offers.begun([], collided=True)
+    assert offers.lane in range(4)
+    offers.lane = 3  # as if drawn
+    for _ in range(15):
+        offers.begun([], collided=False)
+    assert offers.lane == 3
+    offers.begun([], collided=False)
+    assert offers.lane == 0
