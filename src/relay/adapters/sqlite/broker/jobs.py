@@ -1,8 +1,10 @@
 """The job table's steps: each a function ``(conn, now_ms)`` run by the writer
-thread inside one group-committed ``BEGIN IMMEDIATE`` transaction.
+thread inside one group-committed ``BEGIN IMMEDIATE`` transaction (but
+:func:`peek`, which writes nothing and runs on the reading connection).
 
 A job is ``ready``, ``leased`` (to one consumer, with a random fencing token
-and the time of the lease) or ``acked``. Every transition after a lease names
+and the time of the lease) or ``acked``. A consumer's read only peeks; the
+lease is taken by :func:`hold`, in the transaction of the invocation claim. Every transition after a lease names
 the lease's token; a step whose token is no longer the job's changes nothing.
 Acknowledged jobs keep their ledger rows until ``expires_ms`` (the ledger
 retention), then retention deletes both; nothing else is ever deleted.
@@ -88,8 +90,10 @@ def _winners(per_class: list[list[Candidate]], now_ms: int, count: int) -> list[
 def claim(
     conn: sqlite3.Connection, now_ms: int, stream: str, consumer: str, count: int
 ) -> list[tuple[StreamMessage, str]]:
-    """Lease up to ``count`` ready jobs, chosen by the aging rule, each fenced with
-    its own token (a fresh random part per claim, plus the job's row)."""
+    """Lease up to ``count`` ready jobs at once, chosen by the aging rule, each
+    fenced with its own token (a fresh random part per claim, plus the job's
+    row): a lease without a claim (the raw loops of ``bench/broker.py`` and tests
+    that need a job leased; a consumer's read peeks instead)."""
     winners = _winners(_candidates(conn, stream, count), now_ms, count)
     if not winners:
         return []
