@@ -4,8 +4,9 @@ thread inside one group-committed ``BEGIN IMMEDIATE`` transaction (but
 
 A job is ``ready``, ``leased`` (to one consumer, with a random fencing token
 and the time of the lease) or ``acked``. A consumer's read only peeks; the
-lease is taken by :func:`hold`, in the transaction of the invocation claim. Every transition after a lease names
-the lease's token; a step whose token is no longer the job's changes nothing.
+lease is taken by :func:`hold`, in the transaction of the invocation claim.
+Every transition after a lease names the lease's token; a step whose token is
+no longer the job's changes nothing.
 Acknowledged jobs keep their ledger rows until ``expires_ms`` (the ledger
 retention), then retention deletes both; nothing else is ever deleted.
 """
