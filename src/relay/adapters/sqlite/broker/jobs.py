@@ -60,12 +60,16 @@ _CANDIDATES: Final = " UNION ALL ".join(
 )
 
 
-def _candidates(conn: sqlite3.Connection, stream: str, count: int) -> list[list[Candidate]]:
-    """Per class, its ``count`` oldest ready jobs, oldest first."""
+def _candidates(
+    conn: sqlite3.Connection, stream: str, count: int, skip: Collection[int] = ()
+) -> list[list[Candidate]]:
+    """Per class, its ``count`` oldest ready jobs not in ``skip``, oldest first
+    (the ones skipped are among the rows read: ask for ``count + len(skip)``)."""
     per_class: list[list[Candidate]] = [[] for _ in PRIORITIES]
-    args = (stream, count) * len(PRIORITIES)
+    args = (stream, count + len(skip)) * len(PRIORITIES)
     for priority, created_ms, seq in conn.execute(_CANDIDATES, args):
-        per_class[priority].append(Candidate(priority, created_ms, seq))
+        if seq not in skip:
+            per_class[priority].append(Candidate(priority, created_ms, seq))
     return per_class
 
 
@@ -136,10 +140,7 @@ def peek(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     (0 but after a collision, see :class:`relay.adapters.sqlite.broker.store.Offers`).
     A job delivered before (``deliveries`` > 0) is a redelivery."""
     want = count * (lane + 1)
-    per_class = _candidates(conn, stream, want + len(skip))
-    if skip:
-        per_class = [[c for c in cands if c.seq not in skip] for cands in per_class]
-    winners = _winners(per_class, now_ms, want)
+    winners = _winners(_candidates(conn, stream, want, skip), now_ms, want)
     start = min(lane * count, max(0, len(winners) - count))
     chosen = winners[start:start + count]
     if not chosen:
