@@ -103,6 +103,7 @@ class _AcknowledgingStream(SqliteEventStream):
             token = self._own.leases.pop(seq)
 
             def ack(c: sqlite3.Connection, now: int, s: int = seq, t: str = token) -> bool:
+                jobs.hold(c, now, "w1", [(s, t)])  # a read only peeks: the begin leases
                 return jobs.acknowledge(c, now, s, t, 60)
 
             assert await self._own.write(ack)

@@ -36,7 +36,7 @@ from relay.domain.outcome import (
 )
 from relay.domain.priority import AGING_STEP_MS
 from tests.fakes import FakeClock
-from tests.integration.broker_rows import rows
+from tests.integration.broker_rows import read_held, rows
 
 pytestmark = pytest.mark.anyio
 
@@ -98,6 +98,7 @@ _CLAIMER = """
 import sys, anyio
 from pathlib import Path
 from typing import Any
+from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.adapters.system import SystemClock
@@ -111,10 +112,13 @@ async def main() -> None:
         await anyio.sleep(0.01)
     empty = 0
     while empty < 3:
-        got = await stream.read(1, 0)
+        got = await stream.read(1, 0)  # a peek: the job is leased by the hold (a begin)
         empty = 0 if got else empty + 1
+        wanted = [(jobs.seq_of(m.id), m.delivery) for m in got]
+        held = await store.write(lambda c, now: jobs.hold(c, now, sys.argv[2], wanted))
         for m in got:
-            print(m.id, flush=True)
+            if jobs.seq_of(m.id) in held:
+                print(m.id, flush=True)
     store.close()
 
 anyio.run(main)
@@ -124,8 +128,10 @@ anyio.run(main)
 async def test_competing_claimers_in_three_processes_never_share_a_job(
     tmp_path: Path, path: Path, store: BrokerStore
 ) -> None:
-    """Row 70: three processes claim from one file at once; BEGIN IMMEDIATE makes
-    each lease exclusive: every job is leased exactly once, none is lost."""
+    """Row 70: three processes claim from one file at once (each read a peek, each
+    lease the conditional hold a begin makes); BEGIN IMMEDIATE makes each lease
+    exclusive: every job is leased exactly once, none is lost, and a process
+    that lost a job to another answers it lost and reads on."""
     ids = await publish(store, 900)
     claimed: list[str] = []
 
@@ -152,7 +158,7 @@ async def test_competing_claimers_in_three_processes_never_share_a_job(
 async def test_a_worker_whose_job_was_reassigned_cannot_acknowledge_or_renew_it(
     path: Path, store: BrokerStore, clock: FakeClock
 ) -> None:
-    """Row 71: worker A's lease idles out and B reclaims the job (a new token).
+    """Rows 71 and 171: worker A's lease idles out and B reclaims the job (a new token).
     A's late finish is still fenced at the invocation (its claim token is valid,
     so its result is recorded, as on Redis), but its acknowledgment and its lease
     renewal carry A's stale job token and change nothing; B settles the job."""
@@ -176,8 +182,11 @@ async def test_a_worker_whose_job_was_reassigned_cannot_acknowledge_or_renew_it(
     assert leased_ms == store.now_ms()  # ... the lease B took just now is untouched by A
     clock.advance(1)
     settled = await ledger_a.finish(finish_request(a, mid, "inv-a"))
-    assert settled.acknowledged  # the rule found every invocation terminal ...
-    assert state_of(path, mid) == "leased"  # ... but A's token no longer fences the job
+    # The rule found every invocation terminal, but A's token no longer fences the
+    # job: its fenced ACK changed no row, so A is told it did not acknowledge (row
+    # 171: it was told "acknowledged" before) ...
+    assert not settled.acknowledged
+    assert state_of(path, mid) == "leased"  # ... and the job is still B's
     [(token,)] = rows(path, "SELECT token FROM jobs WHERE seq = ?", jobs.seq_of(mid))
     assert token == b_token
     store.leases[jobs.seq_of(mid) or 0] = b_token  # B, the holder, delivers it next
@@ -193,7 +202,7 @@ async def test_a_lease_is_reclaimable_exactly_when_its_idle_time_is_reached(
     recovery takes it; a renewal by the holder restarts the idle time."""
     [mid] = await publish(store, 1)
     holder, other = stream_on(store, "holder"), stream_on(store, "other")
-    await holder.read(1, 0)
+    await read_held(store, holder, 1)
     clock.advance(59.999)
     assert (await other.reclaim(60_000, 10)).messages == ()
     ledger = SqliteInvocationLedger(store)
@@ -215,17 +224,17 @@ async def test_a_restart_makes_old_leases_ready_and_voids_their_tokens(
     leases them with new tokens, and the old tokens fence nothing."""
     ids = await publish(store, 3)
     old = stream_on(store, "host-1")
-    assert len(await old.read(3, 0)) == 3
+    assert len(await read_held(store, old, 3)) == 3
     old_tokens = dict(store.leases)
     other = stream_on(store, "host-2")
     [kept] = await publish(store, 1)
-    await other.read(1, 0)  # another host's lease is not ours to release
+    await read_held(store, other, 1)  # another host's lease is not ours to release
     restarted_store = BrokerStore(path, clock)
     try:
         restarted = stream_on(restarted_store, "host-1")
         await restarted.ensure_group()
         assert state_of(path, kept) == "leased"
-        again = await restarted.read(10, 0)
+        again = await read_held(restarted_store, restarted, 10)
         assert sorted(m.id for m in again) == sorted(ids)
         assert {m.deliveries for m in again} == {2}
         for seq, token in old_tokens.items():
@@ -302,7 +311,7 @@ async def test_arrival_faster_than_processing_grows_the_table_not_the_leases(
     stays on disk, ready."""
     await publish(store, 2000)
     stream = stream_on(store)
-    assert len(await stream.read(4, 0)) == 4
+    assert len(await read_held(store, stream, 4)) == 4
     counts = dict(rows(path, "SELECT state, count(*) FROM jobs GROUP BY state"))
     assert counts == {"leased": 4, "ready": 1996}
     assert len(store.leases) == 4
@@ -315,7 +324,7 @@ async def test_retention_deletes_only_acknowledged_jobs_past_their_ledger_retent
     is over; ready and leased jobs (however old) are never deleted."""
     done, leased, ready = await publish(store, 3)
     stream = stream_on(store)
-    got = await stream.read(2, 0)
+    got = await read_held(store, stream, 2)
     assert [m.id for m in got] == [done, leased]
     ledger = SqliteInvocationLedger(store, acked_ttl_s=3600)
     await ledger.begin(begin_request(stream, done, "t1"))

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from relay.adapters.sqlite.broker import jobs
@@ -24,9 +25,9 @@ from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
 from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
-from relay.domain.outcome import BeginRequest, ClaimRequest, MessageContext
+from relay.domain.outcome import BeginRequest, ClaimRequest, MessageContext, StreamMessage
 from tests.fakes import FakeClock
-from tests.integration.broker_rows import rows
+from tests.integration.broker_rows import read_held, rows
 from tests.integration.runtime_support import poll
 
 pytestmark = pytest.mark.anyio
@@ -41,8 +42,13 @@ def path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(path: Path) -> Iterator[BrokerStore]:
-    s = BrokerStore(path, FakeClock())
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(path: Path, clock: FakeClock) -> Iterator[BrokerStore]:
+    s = BrokerStore(path, clock)
     yield s
     s.close()
 
@@ -71,24 +77,106 @@ async def queued(store: BrokerStore, n: int) -> None:
     await poll(lambda: store._queue.qsize() >= n, WAIT_S, f"{n} queued steps")
 
 
-async def test_a_read_cancelled_while_queued_is_never_claimed_for_it(
-    path: Path, store: BrokerStore
-) -> None:
-    """Row 137: the reader is cancelled (shutdown, a timeout) while its claim waits
-    for the writer. The claim is dropped: the job stays ready, its delivery count
-    untouched, and another consumer takes it at once."""
+async def idle_lease(store: BrokerStore, clock: FakeClock) -> str:
+    """One job leased to a consumer that is gone, idle past the recovery threshold."""
     [mid] = await SqliteEventPublisher(store, "events").publish([(b'{"n": 1}', None)])
+    await read_held(store, stream_on(store, "dead"), 1)
+    clock.advance(61)
+    return mid
+
+
+async def test_a_reclaim_cancelled_while_queued_is_never_run_for_it(
+    path: Path, store: BrokerStore, clock: FakeClock
+) -> None:
+    """Row 137: the recovery loop is cancelled (shutdown, a timeout) while its
+    reclaim waits for the writer. The reclaim is dropped: the lease stays as it
+    was, its delivery count untouched, and the next reclaim takes it at once."""
+    mid = await idle_lease(store, clock)
     hold = Hold()
     async with anyio.create_task_group() as tg:
         tg.start_soon(store.write, hold.step)
         await hold.until_entered()
         scope, gone = anyio.CancelScope(), anyio.Event()
-        tg.start_soon(_read_in, scope, stream_on(store, "gone"), gone)
+        tg.start_soon(_reclaim_in, scope, store, stream_on(store, "gone"), gone)
         await queued(store, 1)
         scope.cancel()
         await gone.wait()
         hold.release.set()
-    await store.write(lambda conn, now: None)  # the writer is past the dropped claim
+    await store.write(lambda conn, now: None)  # the writer is past the dropped reclaim
+    assert rows(path, "SELECT state, consumer, deliveries FROM jobs") == [("leased", "dead", 1)]
+    [taken] = (await stream_on(store, "other").reclaim(60_000, 1)).messages
+    assert (taken.id, taken.deliveries) == (mid, 2)
+
+
+async def _reclaim_in(
+    scope: anyio.CancelScope, store: BrokerStore, stream: SqliteEventStream, gone: anyio.Event
+) -> None:
+    """The reclaim step as ``SqliteEventStream.reclaim`` queues it (after its purge)."""
+    consumer = stream.consumer
+
+    def step(c: sqlite3.Connection, now: int) -> list[tuple[StreamMessage, str]]:
+        return jobs.reclaim(c, now, "events", consumer, 60_000, 1)
+
+    with scope:
+        await store.write(step, undo=jobs.give_back)
+        pytest.fail("the cancelled reclaim returned")
+    gone.set()
+
+
+async def test_a_reclaim_cancelled_after_it_ran_gives_the_lease_back(
+    path: Path, store: BrokerStore, clock: FakeClock
+) -> None:
+    """Row 138: the writer has already run the reclaim (its transaction is open)
+    when the recovery loop is cancelled. The reclaim commits, nobody hears of it,
+    and the lease is given back in a transaction of its own: the job is ready
+    again with that delivery uncounted, instead of leased to a reader that is
+    gone until recovery finds it idle; it was delivered before, so it is read as
+    a redelivery."""
+    mid = await idle_lease(store, clock)
+    first, second = Hold(), Hold()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.write, first.step)
+        await first.until_entered()
+        scope, gone = anyio.CancelScope(), anyio.Event()
+        tg.start_soon(_reclaim_in, scope, store, stream_on(store, "gone"), gone)
+        await queued(store, 1)
+        tg.start_soon(store.write, second.step)  # same batch, after the reclaim
+        await queued(store, 2)
+        first.release.set()
+        await second.until_entered()  # the reclaim ran; its COMMIT waits for us
+        scope.cancel()
+        await gone.wait()
+        second.release.set()
+    await poll(lambda: rows(path, "SELECT state FROM jobs") == [("ready",)], WAIT_S,
+               "the lease given back")
+    assert rows(path, "SELECT consumer, token, deliveries FROM jobs") == [(None, None, 1)]
+    [taken] = await stream_on(store, "other").read(1, 0)
+    assert (taken.id, taken.deliveries, taken.reclaimed) == (mid, 2, True)
+
+
+async def test_a_read_cancelled_in_its_thread_hands_the_job_to_the_next_reader(
+    path: Path, store: BrokerStore
+) -> None:
+    """Row 176: a read only peeks, in a worker thread; cancelled there (its thread
+    had already chosen the job and offered it to that reader), it withdraws the
+    offer, so the next reader of this process is handed the job at once instead
+    of after the offer lapses. The file was never written."""
+    [mid] = await SqliteEventPublisher(store, "events").publish([(b'{"n": 1}', None)])
+    scope, gone = anyio.CancelScope(), anyio.Event()
+    reading = store._reading  # the one reading connection's lock: the read waits on it
+    reading.acquire()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_read_in, scope, stream_on(store, "gone"), gone)
+            for _ in range(20):  # until the read waits in its thread
+                await anyio.lowlevel.checkpoint()
+            scope.cancel()
+            reading.release()
+            await gone.wait()
+    finally:
+        if reading.locked():
+            reading.release()
+    assert store._reader is not None  # the cancelled read's thread did peek
     assert rows(path, "SELECT state, consumer, deliveries FROM jobs") == [("ready", None, 0)]
     [taken] = await stream_on(store, "other").read(1, 0)
     assert (taken.id, taken.deliveries) == (mid, 1)
@@ -101,36 +189,6 @@ async def _read_in(
         await stream.read(1, 0)
         pytest.fail("the cancelled read returned")
     gone.set()
-
-
-async def test_a_read_cancelled_after_its_claim_ran_gives_the_lease_back(
-    path: Path, store: BrokerStore
-) -> None:
-    """Row 138: the writer has already run the claim (its transaction is open)
-    when the reader is cancelled. The claim commits, nobody hears of it, and the
-    lease is given back in a transaction of its own: the job is ready again with
-    its delivery uncounted, instead of leased to a reader that is gone until
-    recovery finds it idle."""
-    [mid] = await SqliteEventPublisher(store, "events").publish([(b'{"n": 1}', None)])
-    first, second = Hold(), Hold()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(store.write, first.step)
-        await first.until_entered()
-        scope, gone = anyio.CancelScope(), anyio.Event()
-        tg.start_soon(_read_in, scope, stream_on(store, "gone"), gone)
-        await queued(store, 1)
-        tg.start_soon(store.write, second.step)  # same batch, after the claim
-        await queued(store, 2)
-        first.release.set()
-        await second.until_entered()  # the claim ran; its COMMIT waits for us
-        scope.cancel()
-        await gone.wait()
-        second.release.set()
-    await poll(lambda: rows(path, "SELECT state FROM jobs") == [("ready",)], WAIT_S,
-               "the lease given back")
-    assert rows(path, "SELECT consumer, token, deliveries FROM jobs") == [(None, None, 0)]
-    [taken] = await stream_on(store, "other").read(1, 0)
-    assert (taken.id, taken.deliveries) == (mid, 1)
 
 
 async def test_giving_back_leaves_a_job_taken_by_someone_else_alone(
@@ -216,7 +274,7 @@ async def main() -> None:
         tg.start_soon(call, "publish", lambda: publisher.publish([(b'{"n": 8}', None)]))
     commits = store.commits - before
     resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    after = len(await stream.read(3, 0))  # room again: the next batch commits
+    after = len(await publisher.publish([(b'{"n": 7}', None)]))  # room again: it commits
     store.close()
     print(json.dumps({"errors": sorted(errors), "commits_while_full": commits, "after": after}))
 
@@ -231,19 +289,22 @@ def test_a_batch_whose_commit_fails_fails_every_caller_and_changes_nothing(
     of its own: the WAL cannot grow, so the ``COMMIT`` fails). Every caller of the
     batch gets one line naming the failure, none is told its change happened, the
     file holds exactly what it held before, and once there is room the broker
-    goes on committing."""
+    goes on committing. A read, which writes nothing, is answered meanwhile."""
     path = tmp_path / "broker.sqlite3"
     out = subprocess.run(
         [sys.executable, "-c", _FULL_DISK, str(path)],
         check=True, capture_output=True, text=True, cwd=REPO, timeout=60,
     )
     report = json.loads(out.stdout.splitlines()[-1])
-    assert [what for what, _ in report["errors"]] == ["publish", "publish", "read"]
-    for _, error in report["errors"]:
+    assert report["errors"][2] == ["read", "answered"]  # a read writes nothing
+    assert [what for what, _ in report["errors"][:2]] == ["publish", "publish"]
+    for _, error in report["errors"][:2]:
         assert error.startswith("DependencyUnavailable: sqlite broker "), error
         assert "\n" not in error
     assert report["commits_while_full"] == 0
-    assert report["after"] == 3
-    assert rows(path, "SELECT count(*) FROM jobs") == [(3,)]  # no publish landed
-    assert rows(path, "SELECT sum(deliveries) FROM jobs WHERE state = 'leased'") == [(3,)]
+    assert report["after"] == 1
+    # No publish landed while full (3 before, 1 after), no delivery was counted.
+    assert rows(path, "SELECT sum(deliveries), count(*) FROM jobs WHERE state = 'ready'") == [
+        (0, 4)
+    ]
 

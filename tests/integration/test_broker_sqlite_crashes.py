@@ -96,6 +96,7 @@ async def test_a_process_killed_in_the_middle_of_a_transition_commits_none_of_it
 _DIES_HOLDING_LEASES = """
 import os, signal, sys, anyio
 from pathlib import Path
+from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.adapters.system import SystemClock
@@ -103,7 +104,10 @@ from relay.adapters.system import SystemClock
 async def main():
     store = BrokerStore(Path(sys.argv[1]), SystemClock())
     stream = SqliteEventStream(store, stream="events", group="relay", consumer="crashed-host")
-    for message in await stream.read(5, 0):
+    got = await stream.read(5, 0)
+    wanted = [(jobs.seq_of(m.id), m.delivery) for m in got]  # leased as its begin would
+    await store.write(lambda c, now: jobs.hold(c, now, "crashed-host", wanted))
+    for message in got:
         print(message.id, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)  # before any handler ran
 
@@ -183,7 +187,8 @@ async def test_an_ack_delayed_past_min_idle_counts_until_the_job_is_taken_over(
         [taken] = (await other.reclaim(60_000, 10)).messages  # only the unacknowledged one
         assert taken.id == second
         store.leases[jobs.seq_of(second) or 0] = slow_token  # the slow worker's view
-        await ledger.finish(finish_request(slow, second, f"inv-{second}"))
+        late = await ledger.finish(finish_request(slow, second, f"inv-{second}"))
+        assert not late.acknowledged  # and it is told so (row 171)
         states = dict(rows(path, "SELECT seq, state FROM jobs"))
         assert (states[jobs.seq_of(first)], states[jobs.seq_of(second)]) == ("acked", "leased")
     finally:

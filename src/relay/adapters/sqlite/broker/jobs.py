@@ -1,9 +1,12 @@
 """The job table's steps: each a function ``(conn, now_ms)`` run by the writer
-thread inside one group-committed ``BEGIN IMMEDIATE`` transaction.
+thread inside one group-committed ``BEGIN IMMEDIATE`` transaction (but
+:func:`peek`, which writes nothing and runs on the reading connection).
 
 A job is ``ready``, ``leased`` (to one consumer, with a random fencing token
-and the time of the lease) or ``acked``. Every transition after a lease names
-the lease's token; a step whose token is no longer the job's changes nothing.
+and the time of the lease) or ``acked``. A consumer's read only peeks; the
+lease is taken by :func:`hold`, in the transaction of the invocation claim.
+Every transition after a lease names the lease's token; a step whose token is
+no longer the job's changes nothing.
 Acknowledged jobs keep their ledger rows until ``expires_ms`` (the ledger
 retention), then retention deletes both; nothing else is ever deleted.
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Final
 
 from relay.domain.outcome import StreamMessage
@@ -57,12 +60,16 @@ _CANDIDATES: Final = " UNION ALL ".join(
 )
 
 
-def _candidates(conn: sqlite3.Connection, stream: str, count: int) -> list[list[Candidate]]:
-    """Per class, its ``count`` oldest ready jobs, oldest first."""
+def _candidates(
+    conn: sqlite3.Connection, stream: str, count: int, skip: Collection[int] = ()
+) -> list[list[Candidate]]:
+    """Per class, its ``count`` oldest ready jobs not in ``skip``, oldest first
+    (the ones skipped are among the rows read: ask for ``count + len(skip)``)."""
     per_class: list[list[Candidate]] = [[] for _ in PRIORITIES]
-    args = (stream, count) * len(PRIORITIES)
+    args = (stream, count + len(skip)) * len(PRIORITIES)
     for priority, created_ms, seq in conn.execute(_CANDIDATES, args):
-        per_class[priority].append(Candidate(priority, created_ms, seq))
+        if seq not in skip:
+            per_class[priority].append(Candidate(priority, created_ms, seq))
     return per_class
 
 
@@ -88,8 +95,10 @@ def _winners(per_class: list[list[Candidate]], now_ms: int, count: int) -> list[
 def claim(
     conn: sqlite3.Connection, now_ms: int, stream: str, consumer: str, count: int
 ) -> list[tuple[StreamMessage, str]]:
-    """Lease up to ``count`` ready jobs, chosen by the aging rule, each fenced with
-    its own token (a fresh random part per claim, plus the job's row)."""
+    """Lease up to ``count`` ready jobs at once, chosen by the aging rule, each
+    fenced with its own token (a fresh random part per claim, plus the job's
+    row): a lease without a claim (the raw loops of ``bench/broker.py`` and tests
+    that need a job leased; a consumer's read peeks instead)."""
     winners = _winners(_candidates(conn, stream, count), now_ms, count)
     if not winners:
         return []
@@ -105,11 +114,54 @@ def claim(
     leased: list[tuple[StreamMessage, str]] = []
     for w in winners:  # in the order chosen
         payload, deliveries, token = by_seq[w.seq]
+        # Delivered before (put back by a restart's release or a give-back after a
+        # takeover): a redelivery, exactly as a reclaimed one is (issue 35 item 3).
         message = StreamMessage(
-            id=message_id(w.created_ms, w.seq), payload=payload, deliveries=deliveries
+            id=message_id(w.created_ms, w.seq), payload=payload, deliveries=deliveries,
+            reclaimed=deliveries > 1, delivery=token,
         )
         leased.append((message, token))
     return leased
+
+
+def peek(  # noqa: PLR0917 - every step has the (conn, now_ms) head
+    conn: sqlite3.Connection,
+    now_ms: int,
+    stream: str,
+    count: int,
+    skip: Collection[int],
+    lane: int = 0,
+) -> list[StreamMessage]:
+    """Up to ``count`` ready jobs, chosen by the aging rule, read without a write:
+    each handed out with a fresh delivery handle ``<random>.<seq>.<deliveries>``
+    that :func:`hold` leases the job with later (if it is still ready with that
+    many deliveries). ``skip``: jobs already handed to another reader of this
+    process; ``lane``: how many batches of ``count`` to leave to other processes
+    (0 but after a collision, see :class:`relay.adapters.sqlite.broker.store.Offers`).
+    A job delivered before (``deliveries`` > 0) is a redelivery."""
+    want = count * (lane + 1)
+    winners = _winners(_candidates(conn, stream, want, skip), now_ms, want)
+    start = min(lane * count, max(0, len(winners) - count))
+    chosen = winners[start:start + count]
+    if not chosen:
+        return []
+    marks = ",".join("?" * len(chosen))
+    found = {
+        seq: (payload, deliveries)
+        for seq, payload, deliveries in conn.execute(
+            f"SELECT seq, payload, deliveries FROM jobs WHERE seq IN ({marks})",  # noqa: S608 - placeholders
+            tuple(c.seq for c in chosen),
+        )
+    }
+    prefix = new_token()
+    messages: list[StreamMessage] = []
+    for c in chosen:
+        payload, seen = found[c.seq]
+        messages.append(StreamMessage(
+            id=message_id(c.created_ms, c.seq), payload=payload, deliveries=seen + 1,
+            reclaimed=seen > 0, delivery=f"{prefix}.{c.seq}.{seen}",
+        ))
+    return messages
 
 
 def reclaim(  # noqa: PLR0917 - every step has the (conn, now_ms) head
@@ -120,27 +172,22 @@ def reclaim(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     min_idle_ms: int,
     count: int,
 ) -> list[tuple[StreamMessage, str]]:
-    """Take over leases idle at least ``min_idle_ms`` (a new token each: the old
-    holder's token no longer fences anything)."""
+    """Take over leases idle at least ``min_idle_ms``, in one statement (a new token
+    each: the old holder's token no longer fences anything)."""
     rows = conn.execute(
-        "SELECT seq, created_ms FROM jobs INDEXED BY jobs_leased"
+        "UPDATE jobs SET token = ? || '.' || seq, consumer = ?, leased_ms = ?,"
+        " deliveries = deliveries + 1"
+        " WHERE seq IN (SELECT seq FROM jobs INDEXED BY jobs_leased"
         " WHERE stream = ? AND state = 'leased' AND leased_ms <= ?"
-        " ORDER BY leased_ms, seq LIMIT ?",
-        (stream, now_ms - min_idle_ms, count),
+        " ORDER BY leased_ms, seq LIMIT ?)"
+        " RETURNING seq, created_ms, payload, deliveries, token",
+        (new_token(), consumer, now_ms, stream, now_ms - min_idle_ms, count),
     ).fetchall()
-    taken: list[tuple[StreamMessage, str]] = []
-    for seq, created_ms in rows:
-        token = new_token()
-        payload, deliveries = conn.execute(
-            "UPDATE jobs SET token = ?, consumer = ?, leased_ms = ?, deliveries = deliveries + 1"
-            " WHERE seq = ? RETURNING payload, deliveries",
-            (token, consumer, now_ms, seq),
-        ).fetchone()
-        message = StreamMessage(
-            id=message_id(created_ms, seq), payload=payload, deliveries=deliveries, reclaimed=True
-        )
-        taken.append((message, token))
-    return taken
+    return [
+        (StreamMessage(id=message_id(created_ms, seq), payload=payload, deliveries=deliveries,
+                       reclaimed=True, delivery=token), token)
+        for seq, created_ms, payload, deliveries, token in sorted(rows)
+    ]
 
 
 def release_consumer(conn: sqlite3.Connection, now_ms: int, stream: str, consumer: str) -> int:
@@ -184,6 +231,77 @@ def acknowledge(
         (now_ms + retention_s * 1000, seq, token),
     )
     return cur.rowcount == 1
+
+
+def seen_of(delivery: str) -> int:
+    """How many deliveries the job had when ``delivery`` was handed out (its last
+    dot-separated part), or -1 for a handle that does not say (a lease's token)."""
+    _, _, tail = delivery.rpartition(".")
+    parts = delivery.count(".")
+    return int(tail) if parts >= 2 and tail.isdigit() else -1
+
+
+def hold(
+    conn: sqlite3.Connection, now_ms: int, consumer: str, wanted: Sequence[tuple[int, str | None]]
+) -> set[int]:
+    """Make sure each ``(seq, delivery)`` is leased under that delivery's token, in
+    one statement: a job still ready with the delivery count its handle was given
+    with is leased now (its delivery counted); a job already leased under that
+    very token is ours still (a re-sent call; its idle time restarts). The rows
+    answered are held; any other job (taken by another consumer, acknowledged,
+    put back and delivered again) is not, and nothing of it changed. A job
+    acknowledged already is answered too: its ledger is kept, and a delivery that
+    raced the acknowledgment finds every invocation done there (as on Redis)."""
+    fenced = [(seq, token) for seq, token in wanted if token is not None]
+    if not fenced:
+        return acked_already(conn, [seq for seq, _ in wanted])
+    values = ",".join("(?, ?, ?)" for _ in fenced)
+    args: list[object] = [consumer, now_ms]
+    for seq, delivery in fenced:
+        args += (seq, delivery, seen_of(delivery))
+    rows = conn.execute(
+        "UPDATE jobs SET state = 'leased', token = w.column2, consumer = ?, leased_ms = ?,"  # noqa: S608 - placeholders
+        " deliveries = deliveries + (jobs.state = 'ready')"
+        f" FROM (VALUES {values}) AS w WHERE jobs.seq = w.column1"
+        " AND ((jobs.state = 'ready' AND jobs.deliveries = w.column3)"
+        " OR (jobs.state = 'leased' AND jobs.token = w.column2))"
+        " RETURNING jobs.seq",
+        args,
+    ).fetchall()
+    held = {seq for (seq,) in rows}
+    return held | acked_already(conn, [seq for seq, _ in wanted if seq not in held])
+
+
+def acknowledge_many(
+    conn: sqlite3.Connection, now_ms: int, acks: Sequence[tuple[int, str | None]],
+    retention_s: int,
+) -> set[int]:
+    """``leased -> acked`` for each ``(seq, token)`` still leased under that token,
+    in one statement; the jobs acknowledged, now or before (a job whose token no
+    longer fences it and that nobody acknowledged yet is not among them)."""
+    fenced = [(seq, token) for seq, token in acks if token is not None]
+    done: set[int] = set()
+    if fenced:
+        values = ",".join("(?, ?)" for _ in fenced)
+        rows = conn.execute(
+            "UPDATE jobs SET state = 'acked', token = NULL, expires_ms = ?"  # noqa: S608 - placeholders
+            f" WHERE state = 'leased' AND (seq, token) IN (VALUES {values}) RETURNING seq",
+            (now_ms + retention_s * 1000, *(v for ack in fenced for v in ack)),
+        ).fetchall()
+        done = {seq for (seq,) in rows}
+    return done | acked_already(conn, [seq for seq, _ in acks if seq not in done])
+
+
+def acked_already(conn: sqlite3.Connection, seqs: Sequence[int]) -> set[int]:
+    """Those of ``seqs`` acknowledged before (by this delivery or the one it raced)."""
+    if not seqs:
+        return set()
+    marks = ",".join("?" * len(seqs))
+    rows = conn.execute(
+        f"SELECT seq FROM jobs WHERE state = 'acked' AND seq IN ({marks})",  # noqa: S608 - placeholders
+        tuple(seqs),
+    ).fetchall()
+    return {seq for (seq,) in rows}
 
 
 def touch(conn: sqlite3.Connection, now_ms: int, seq: int, token: str | None) -> bool:

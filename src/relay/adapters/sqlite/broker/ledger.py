@@ -1,25 +1,29 @@
 """The invocation ledger in the broker file: the same database as the queue.
 
-No third copy of the rules: each ledger call loads the message's ledger rows
-``(seq, field, value)`` into a dict, calls :mod:`relay.domain.ledger_rules`
-with effects that insert into the ``dlq`` table and acknowledge the job, and
-writes the changed fields back, all inside one group-committed ``BEGIN
-IMMEDIATE`` transaction. A claim and its job's lease, a DLQ entry and its
-``:dlq`` marker, the last result and the acknowledgment each commit together
+No third copy of the rules: each ledger call (one message or a batch of them) is
+one writer step, so one group-committed ``BEGIN IMMEDIATE`` transaction: it loads
+its messages' ledger rows ``(seq, field, value)`` with one query, calls
+:mod:`relay.domain.ledger_rules` per message with effects that insert into the
+``dlq`` table and acknowledge the job, and writes the changed fields back with
+one statement per kind. A begin first leases each job with its delivery handle
+(:func:`jobs.hold`), so a job's lease and its invocation claim, a DLQ entry and
+its ``:dlq`` marker, the last result and the acknowledgment each commit together
 or not at all.
 
-The acknowledgment is fenced by the job's lease token (the one this process
-got when it leased or reclaimed the job): a worker whose job was reassigned
-still records its fenced result in the ledger (the invocation's own token
-decides that, as on Redis) but cannot acknowledge the new holder's job; the
-holder settles it from the ledger.
+The acknowledgment is fenced by the job's lease token (the delivery handle its
+begin leased it with, or a reclaim's): a worker whose job was reassigned still
+records its fenced result in the ledger (the invocation's own token decides
+that, as on Redis) but cannot acknowledge the new holder's job, and is told it
+did not; the holder settles it from the ledger.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, MutableMapping, Sequence
-from typing import TypeVar
+from typing import Any, Final
+
+import msgspec
 
 from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
@@ -38,8 +42,6 @@ from relay.domain.outcome import (
     Settlement,
     split_field,
 )
-
-T = TypeVar("T")
 
 # The statements a transaction's ledger steps share (``bench/broker.py``'s raw loop
 # runs the same text).
@@ -71,25 +73,14 @@ def insert_dead_letter(conn: sqlite3.Connection, now_ms: int, entry: DeadLetterE
 
 
 class _Effects:
-    """The broker side of one ledger step, inside its transaction."""
+    """The broker side of one member's ledger rule, inside its transaction."""
 
-    def __init__(  # noqa: PLR0917 - built in one place, from one step's values
-        self,
-        conn: sqlite3.Connection,
-        now_ms: int,
-        ctx: MessageContext,
-        seq: int | None,
-        token: str | None,
-        retention_s: int,
-        acks: list[tuple[int, int, str]],
-    ) -> None:
+    def __init__(self, conn: sqlite3.Connection, now_ms: int, member: _Member) -> None:
         self._conn = conn
         self._now_ms = now_ms
-        self._ctx = ctx
-        self._seq = seq
-        self._token = token
-        self._retention_s = retention_s
-        self._acks = acks
+        self._ctx = member.ctx
+        self._seq = member.seq
+        self._token = member.token
         self.settled = False  # the rule asked for the acknowledgment
 
     def _job(self) -> tuple[bytes | None, int]:
@@ -102,6 +93,11 @@ class _Effects:
         try:
             return insert_dead_letter(self._conn, self._now_ms, entry)
         except sqlite3.Error as exc:
+            if not self._conn.in_transaction:
+                # SQLite rolled the whole transaction back by itself (a full disk,
+                # an I/O error): not this entry's failure but the batch's. Going on
+                # would run the rest of the batch in autocommit (row 170).
+                raise TransactionLost(str(exc)) from exc
             raise DeadLetterWriteError(f"sqlite dead-letter insert failed: {exc}") from exc
 
     def _entry(  # noqa: PLR0917 - the entry's own fields, in its order
@@ -127,109 +123,170 @@ class _Effects:
         return self._append(self._entry(event, reason, "-", "-", 0, deliveries))
 
     def touch(self) -> None:
-        if self._seq is not None:
-            jobs.touch(self._conn, self._now_ms, self._seq, self._token)
+        jobs.touch(self._conn, self._now_ms, self._seq, self._token)
 
     def acknowledge(self) -> None:
         self.settled = True
-        if self._seq is not None and self._token is not None:
-            self._acks.append((self._now_ms + self._retention_s * 1000, self._seq, self._token))
 
 
-class _Ledgers:
-    """The ledger rows of every message a transaction's steps are about: loaded
-    with one query at the first step, changed in place by each step in turn (so
-    two steps on one message in one transaction see each other's changes, as two
-    transactions would), written back with one statement per kind right before
-    the ``COMMIT``, with the acknowledgments."""
+class _Member:
+    """One request of a ledger call: its message's row, the delivery's token (the
+    fence of the job's lease) and the rule to run on its ledger."""
 
-    def __init__(self, conn: sqlite3.Connection, keys: set[int]) -> None:
-        self.loaded: dict[int, dict[str, str]] = {seq: {} for seq in keys}
-        self.acks: list[tuple[int, int, str]] = []
-        if keys:
-            marks = ",".join("?" * len(keys))
-            for seq, f, v in conn.execute(LOAD_SQL.format(marks=marks), tuple(keys)):
-                self.loaded[seq][f] = v
-        self.original = {seq: dict(h) for seq, h in self.loaded.items()}
+    __slots__ = ("ctx", "rule", "seq", "token")
 
-    def get(self, conn: sqlite3.Connection, seq: int) -> dict[str, str]:
-        if seq not in self.loaded:  # a step whose key was not given
-            rows = conn.execute("SELECT field, value FROM ledger WHERE seq = ?", (seq,))
-            self.loaded[seq] = dict(rows.fetchall())
-            self.original[seq] = dict(self.loaded[seq])
-        return self.loaded[seq]
+    def __init__(self, ctx: MessageContext, seq: int, token: str | None, rule: Rule) -> None:
+        self.ctx = ctx
+        self.seq = seq
+        self.token = token
+        self.rule = rule
 
-    def flush(self, conn: sqlite3.Connection) -> None:
-        gone: list[tuple[int, str]] = []
-        changed: list[tuple[int, str, str]] = []
-        for seq, after in self.loaded.items():
-            before = self.original[seq]
-            gone += [(seq, f) for f in before if f not in after]
-            changed += [(seq, f, v) for f, v in after.items() if before.get(f) != v]
-        if gone:
-            conn.executemany("DELETE FROM ledger WHERE seq = ? AND field = ?", gone)
-        if changed:
-            conn.executemany(UPSERT_SQL, changed)
-        if self.acks:  # leased -> acked, each fenced by its lease token
-            conn.executemany(ACK_SQL, self.acks)
+
+Rule = Callable[[MutableMapping[str, str], int, _Effects], Any]
+
+
+def _load(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, dict[str, str]]:
+    loaded: dict[int, dict[str, str]] = {seq: {} for seq in seqs}
+    marks = ",".join("?" * len(loaded))
+    for seq, f, v in conn.execute(LOAD_SQL.format(marks=marks), tuple(loaded)):
+        loaded[seq][f] = v
+    return loaded
+
+
+def _write_back(
+    conn: sqlite3.Connection, loaded: dict[int, dict[str, str]], before: dict[int, dict[str, str]]
+) -> None:
+    """Only what changed, one statement per kind for the whole call."""
+    gone: list[tuple[int, str]] = []
+    changed: list[tuple[int, str, str]] = []
+    for seq, after in loaded.items():
+        was = before[seq]
+        gone += [(seq, f) for f in was if f not in after]
+        changed += [(seq, f, v) for f, v in after.items() if was.get(f) != v]
+    if gone:
+        conn.executemany("DELETE FROM ledger WHERE seq = ? AND field = ?", gone)
+    if changed:
+        conn.executemany(UPSERT_SQL, changed)
+
+
+def _unacknowledged(result: Any) -> Any:
+    """The rule's answer, told that its fenced acknowledgment changed nothing."""
+    if isinstance(result, Settlement):
+        return msgspec.structs.replace(result, acknowledged=False)
+    if isinstance(result, BeginResult):
+        settlement = msgspec.structs.replace(result.settlement, acknowledged=False)
+        return msgspec.structs.replace(result, settlement=settlement)
+    return result
+
+
+def run_members(
+    conn: sqlite3.Connection, now_ms: int, members: Sequence[_Member], retention_s: int
+) -> list[tuple[Any, bool]]:
+    """Every member's rule on its message's ledger, in order, then what they changed
+    and their fenced acknowledgments written back: one load, one write per kind,
+    one acknowledgment statement for the whole call. A member whose rule asked
+    for the acknowledgment but whose token no longer fences its job is answered
+    as not acknowledged (the holder of the job settles it from the ledger)."""
+    loaded = _load(conn, [m.seq for m in members])
+    before = {seq: dict(h) for seq, h in loaded.items()}
+    answers: list[tuple[Any, _Effects]] = []
+    for member in members:
+        effects = _Effects(conn, now_ms, member)
+        answers.append((member.rule(loaded[member.seq], now_ms, effects), effects))
+    _write_back(conn, loaded, before)
+    asked = [(m.seq, m.token) for m, (_, fx) in zip(members, answers, strict=True) if fx.settled]
+    acked = jobs.acknowledge_many(conn, now_ms, asked, retention_s)
+    return [
+        (result if m.seq in acked or not fx.settled else _unacknowledged(result),
+         fx.settled and m.seq in acked)
+        for m, (result, fx) in zip(members, answers, strict=True)
+    ]
+
+
+class TransactionLost(sqlite3.OperationalError):
+    """SQLite rolled the writer's transaction back by itself (``SQLITE_FULL``, an
+    I/O error): the store fails every caller of the batch."""
 
 
 class SqliteInvocationLedger:
-    """:class:`relay.application.ports.InvocationLedger` on the broker file."""
+    """:class:`relay.application.ports.InvocationLedger` on the broker file.
+
+    Every call, single or many, is one writer step: one transaction with the
+    other steps of its group commit. ``begin_many`` first holds every member's
+    job under its delivery's token (one statement, :func:`jobs.hold`) and answers
+    ``lost`` for a job it cannot hold, then runs the rules of the rest."""
 
     def __init__(self, store: BrokerStore, *, acked_ttl_s: int = LEDGER_RETENTION_S) -> None:
         self._store = store
         self._retention_s = acked_ttl_s
 
-    async def _step(self, ctx: MessageContext, rule: Callable[..., T]) -> T:
+    def _member(self, ctx: MessageContext, rule: Rule) -> _Member:
         seq = jobs.seq_of(ctx.message_id)
         if seq is None:
             raise DependencyUnavailable(
                 f"sqlite ledger: {ctx.message_id[:40]!r} is not a message id of this broker"
             )
-        store = self._store
-        token = store.leases.get(seq)
-        retention = self._retention_s
+        # The delivery's handle; a caller that does not pass it (today's one-message
+        # dispatcher) gets the one this process's read handed out.
+        token = ctx.delivery or self._store.leases.get(seq)
+        return _Member(ctx, seq, token, rule)
 
-        def step(conn: sqlite3.Connection, now_ms: int) -> tuple[T, bool]:
-            batch = store.batch
-            ledgers = batch.scope.get("ledgers")
-            if ledgers is None:
-                ledgers = batch.scope["ledgers"] = _Ledgers(conn, batch.keys)
-                batch.before_commit(ledgers.flush)
-            h = ledgers.get(conn, seq)
-            effects = _Effects(conn, now_ms, ctx, seq, token, retention, ledgers.acks)
-            result = rule(h, now_ms, effects)
-            return result, effects.settled
+    async def _run(self, members: list[_Member], *, hold: bool) -> list[Any]:
+        store, retention, offers = self._store, self._retention_s, self._store.offers
 
-        result, settled = await store.write(step, key=seq)
-        if settled:
-            # Acknowledged, or the token no longer fences the job (acknowledged or
-            # taken over elsewhere): either way this process will not use it again.
-            store.leases.pop(seq, None)
-        return result
+        def step(conn: sqlite3.Connection, now_ms: int) -> list[tuple[Any, bool] | None]:
+            held = None
+            if hold:
+                wanted = [(m.seq, m.token) for m in members]
+                held = jobs.hold(conn, now_ms, members[0].ctx.consumer, wanted)
+                # The offers are withdrawn once the leases are visible (committed,
+                # or rolled back: ready again). A lost job was taken by a reader
+                # of another process: a collision (see Offers).
+                seqs, collided = [m.seq for m in members], len(held) < len(members)
+                store.batch.at_end(lambda: offers.begun(seqs, collided=collided))
+            running = [m for m in members if held is None or m.seq in held]
+            answers = iter(run_members(conn, now_ms, running, retention) if running else [])
+            return [next(answers) if held is None or m.seq in held else None for m in members]
+
+        outcomes = await self._store.write(step)
+        results: list[Any] = []
+        for member, outcome in zip(members, outcomes, strict=True):
+            if outcome is None:
+                self._store.leases.pop(member.seq, None)
+                results.append(LOST)
+                continue
+            result, settled = outcome
+            if settled:  # acknowledged: this process will not use its token again
+                self._store.leases.pop(member.seq, None)
+            results.append(result)
+        return results
 
     async def begin(self, request: BeginRequest) -> BeginResult:
-        return await self._step(
-            request.context, lambda h, now, fx: ledger_rules.begin(h, request, now, fx)
-        )
+        [result] = await self.begin_many([request])
+        return result
 
     async def finish(self, request: FinishRequest) -> Settlement:
-        return await self._step(
-            request.context, lambda h, now, fx: ledger_rules.finish(h, request, now, fx)
-        )
+        [result] = await self.finish_many([request])
+        return result
 
     async def begin_many(self, requests: Sequence[BeginRequest]) -> list[BeginResult]:
-        # TODO(batched core): one atomic call for the batch; today each in turn.
-        return [await self.begin(request) for request in requests]
+        if not requests:
+            return []
+        members = [self._member(r.context, _begin_rule(r)) for r in requests]
+        return list(await self._run(members, hold=True))
 
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Settlement]:
-        return [await self.finish(request) for request in requests]
+        if not requests:
+            return []
+        members = [self._member(r.context, _finish_rule(r)) for r in requests]
+        return list(await self._run(members, hold=False))
 
     async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
-        return await self._step(
-            request.context, lambda h, now, fx: ledger_rules.dead_letter_malformed(h, request, fx)
-        )
+        def rule(h: MutableMapping[str, str], now_ms: int, fx: _Effects) -> Settlement:
+            return ledger_rules.dead_letter_malformed(h, request, fx)
+
+        [result] = await self._run([self._member(request.context, rule)], hold=True)
+        return Settlement() if result is LOST else result
 
     async def renew(self, request: RenewRequest) -> int:
         """Extend the invocation's claim (the rule) and, with it, the job's lease
@@ -242,4 +299,16 @@ class SqliteInvocationLedger:
                 fx.touch()
             return until
 
-        return await self._step(request.context, rule)
+        [result] = await self._run([self._member(request.context, rule)], hold=False)
+        return int(result)
+
+
+LOST: Final = BeginResult(newly_classified=False, statuses=(), lost=True)
+
+
+def _begin_rule(request: BeginRequest) -> Rule:
+    return lambda h, now_ms, fx: ledger_rules.begin(h, request, now_ms, fx)
+
+
+def _finish_rule(request: FinishRequest) -> Rule:
+    return lambda h, now_ms, fx: ledger_rules.finish(h, request, now_ms, fx)

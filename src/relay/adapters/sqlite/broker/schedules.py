@@ -113,11 +113,22 @@ class SqliteOccurrenceHistory:
         if mine is None:
             return False
         stream = self._stream
+        # Handed to a reader of this process and not begun yet: delivered, as a
+        # Redis entry is pending from its read on (the lease comes with the begin).
+        offered = sorted(s for s in self._store.offers.snapshot() if s < mine)
 
         def query(c: sqlite3.Connection) -> bool:
             rows = c.execute(
                 _UNFINISHED, (stream, mine, stream, mine, CLASS_FIELD, UNFINISHED_SCAN)
-            )
+            ).fetchall()
+            if offered:
+                marks = ",".join("?" * len(offered))
+                rows += c.execute(
+                    "SELECT j.seq, j.payload, l.value FROM jobs AS j LEFT JOIN ledger AS l"  # noqa: S608 - placeholders
+                    f" ON l.seq = j.seq AND l.field = ? WHERE j.seq IN ({marks})"
+                    " AND j.stream = ? AND j.state = 'ready'",
+                    (CLASS_FIELD, *offered, stream),
+                ).fetchall()
             for _seq, payload, stamp in rows:
                 if stamp is not None:
                     if (parse_class_stamp(str(stamp))[0] or "").startswith(prefix):

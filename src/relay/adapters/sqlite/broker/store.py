@@ -1,20 +1,20 @@
-"""The embedded broker's file: opening it, its schema, and its one writer thread.
+"""The embedded broker's one writer thread (the file itself: :mod:`.file`).
 
 WAL mode, ``synchronous=FULL`` (never weakened), every state change inside a
 ``BEGIN IMMEDIATE`` transaction. Writes are *group-committed*: each caller hands
 its step to the writer thread and awaits it; the thread takes every step queued
-meanwhile, runs each in a savepoint of one ``BEGIN IMMEDIATE`` transaction, and
+meanwhile, runs them in one ``BEGIN IMMEDIATE`` transaction, and
 answers the callers only after that transaction's ``COMMIT`` returned. A step
 therefore never reports a change that is not on disk, and concurrent claims and
 acknowledgments share one fsync instead of paying one each.
 
 Several processes on one host may share the file (producers, the CLI, workers):
-``BEGIN IMMEDIATE`` takes SQLite's write lock, so the claim transaction is the
-single writer's critical section across processes too (``busy_timeout`` waits
-for another process's transaction instead of failing).
+``BEGIN IMMEDIATE`` takes SQLite's write lock, so the begin's transaction (the
+lease with the claim) is the single writer's critical section across processes
+too (``busy_timeout`` waits for another process's transaction instead of failing).
 
-A corrupt file is detected at open (``PRAGMA quick_check``) and refused with one
-line; it is never recreated behind the user's back.
+Reads that need no write (a consumer's peek) run on one reading connection of
+their own (:meth:`BrokerStore.peek`), so they never wait for the writer's fsync.
 """
 
 from __future__ import annotations
@@ -30,8 +30,12 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 
-from relay.adapters.fs.private import private_directory, private_file, tighten_if_present
-from relay.domain.errors import DependencyUnavailable, RelayError
+from relay.adapters.sqlite.broker.file import SCHEMA, CorruptBroker, connect, open_checked
+from relay.adapters.sqlite.broker.offers import Offers
+from relay.domain.errors import DependencyUnavailable
+
+# The file's schema and opening live in ``file``; callers have always found them here.
+__all__ = ["SCHEMA", "BrokerStore", "CorruptBroker", "connect", "open_checked"]
 
 if TYPE_CHECKING:  # a type only: the ports module pulls in the template model (pydantic)
     from relay.application.ports import Clock
@@ -40,128 +44,22 @@ T = TypeVar("T")
 Step = Callable[[sqlite3.Connection, int], Any]
 Undo = Callable[[sqlite3.Connection, int, Any], Any]
 
-BUSY_TIMEOUT_MS: Final = 10_000
 MAX_BATCH: Final = 512  # steps per group commit
-
-SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    stream TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    priority INTEGER NOT NULL DEFAULT 2,
-    payload BLOB,
-    state TEXT NOT NULL DEFAULT 'ready' CHECK (state IN ('ready', 'leased', 'acked')),
-    token TEXT,
-    consumer TEXT,
-    leased_ms INTEGER,
-    deliveries INTEGER NOT NULL DEFAULT 0,
-    expires_ms INTEGER
-);
-CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (stream, priority, created_ms, seq)
-    WHERE state = 'ready';
-CREATE INDEX IF NOT EXISTS jobs_leased ON jobs (stream, leased_ms) WHERE state = 'leased';
-CREATE INDEX IF NOT EXISTS jobs_acked ON jobs (expires_ms) WHERE state = 'acked';
-CREATE TABLE IF NOT EXISTS ledger (
-    seq INTEGER NOT NULL,
-    field TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (seq, field)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS dlq (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    created_ms INTEGER NOT NULL,
-    original_stream TEXT NOT NULL,
-    original_id TEXT NOT NULL,
-    grp TEXT NOT NULL,
-    consumer TEXT NOT NULL,
-    event TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    function TEXT NOT NULL,
-    handler TEXT NOT NULL,
-    deliveries INTEGER NOT NULL,
-    handler_attempts INTEGER NOT NULL,
-    timestamp TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS occurrences (
-    id TEXT PRIMARY KEY,
-    message_id TEXT NOT NULL,
-    expires_ms INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS occurrences_expiry ON occurrences (expires_ms);
-"""
-
-
-class CorruptBroker(RelayError):
-    """The broker file fails SQLite's integrity check (or is not a database)."""
-
-
-def connect(path: Path) -> sqlite3.Connection:
-    """A connection with the broker's pragmas, in autocommit (transactions are ours)."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    return conn
-
-
-def open_checked(path: Path) -> sqlite3.Connection:
-    """Open (creating when absent) and check the file; raises :class:`CorruptBroker`
-    with one line naming the file, or ``DependencyUnavailable`` when it cannot be
-    opened at all. The file holds event payloads: like the state database it is
-    0600 (and directories Relay creates 0700), whatever the umask."""
-    try:
-        existed = path.exists() and path.stat().st_size > 0
-        private_directory(path.parent)
-        private_file(path)
-        for suffix in ("-wal", "-shm"):
-            tighten_if_present(path.with_name(path.name + suffix))
-    except OSError as exc:
-        raise DependencyUnavailable(f"broker file {path}: {exc.strerror or exc}") from exc
-    try:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=0)
-    except sqlite3.Error as exc:
-        raise DependencyUnavailable(f"broker file {path}: cannot open: {exc}") from exc
-    try:
-        if existed:
-            _quick_check(conn, path)
-        conn.close()
-        conn = connect(path)
-        conn.executescript(SCHEMA)
-    except sqlite3.DatabaseError as exc:
-        conn.close()
-        raise _corrupt(path, str(exc)) from exc
-    return conn
-
-
-def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
-    rows = conn.execute("PRAGMA quick_check").fetchall()
-    problems = [str(r[0]) for r in rows if r[0] != "ok"]
-    if problems:
-        raise _corrupt(path, problems[0])
-
-
-def _corrupt(path: Path, why: str) -> CorruptBroker:
-    return CorruptBroker(
-        f"broker file {path} is corrupt ({why.splitlines()[0][:120]}); it was left as it is:"
-        " restore it from a backup or move it aside to start with an empty queue"
-    )
 
 
 class _Pending:
-    __slots__ = ("abandoned", "future", "key", "loop", "step", "undo", "wakes")
+    __slots__ = ("abandoned", "future", "loop", "step", "undo", "wakes")
 
     def __init__(
         self,
         step: Step,
         loop: asyncio.AbstractEventLoop,
         wakes: bool,
-        key: int | None,
         undo: Undo | None,
     ) -> None:
         self.step = step
         self.loop = loop
         self.wakes = wakes
-        self.key = key
         self.undo = undo
         # Set (on the caller's loop) when the caller was cancelled: the writer drops
         # an undoable step it has not taken yet (a plain flag, read under the GIL).
@@ -179,23 +77,35 @@ class _StepFailed(Exception):
     """A step raised inside a batch (its exception is the cause)."""
 
 
+class _TransactionLost(Exception):
+    """SQLite rolled the batch's transaction back by itself (its cause says why)."""
+
+
+def _still_open(conn: sqlite3.Connection, error: BaseException | None) -> None:
+    """On ``SQLITE_FULL``, an I/O error or ``SQLITE_NOMEM`` SQLite may roll the whole
+    transaction back by itself, and every later statement would then run in
+    autocommit: part of a batch on disk while its callers are told it failed.
+    Checked after every step (and after one that raised), so the writer stops at
+    once and fails every caller of the batch instead (row 170)."""
+    if not conn.in_transaction:
+        raise _TransactionLost from error
+
+
 class Batch:
-    """What the steps of one transaction share (writer thread only): the ``key``
-    of every step in it (a step's job row, so a step can load what all of them
-    need in one query), a scratch ``scope``, and work to run right before the
-    ``COMMIT`` (writing back what the steps changed, in one statement per table)."""
+    """The transaction being built (writer thread only): what a step changed
+    outside the database that must wait for the transaction's end (its
+    ``COMMIT`` or its rollback), such as a begun job's offer, which must not be
+    withdrawn before its lease is visible to the other readers."""
 
-    def __init__(self, keys: set[int]) -> None:
-        self.keys = keys
-        self.scope: dict[str, Any] = {}
-        self._before_commit: list[Callable[[sqlite3.Connection], None]] = []
+    def __init__(self) -> None:
+        self._at_end: list[Callable[[], None]] = []
 
-    def before_commit(self, flush: Callable[[sqlite3.Connection], None]) -> None:
-        self._before_commit.append(flush)
+    def at_end(self, then: Callable[[], None]) -> None:
+        self._at_end.append(then)
 
-    def flush(self, conn: sqlite3.Connection) -> None:
-        for flush in self._before_commit:
-            flush(conn)
+    def ended(self) -> None:
+        for then in self._at_end:
+            then()
 
 
 class BrokerStore:
@@ -211,11 +121,15 @@ class BrokerStore:
         self._closing = threading.Lock()
         self.commits = 0  # transactions committed (diagnostic: steps / commits = batch size)
         self.steps = 0
-        # The lease token of each job this process holds (seq -> token): the fence
-        # every later transition of the job must present.
+        # The delivery handle (lease token) of each job this process was handed
+        # (seq -> token): the fence every later transition of the job presents,
+        # for a caller that does not carry it on ``MessageContext.delivery``.
         self.leases: dict[int, str] = {}
+        self.offers = Offers()  # jobs peeked and not begun yet
+        self._reader: sqlite3.Connection | None = None  # reads only (see peek)
+        self._reading = threading.Lock()
         self._wakers: set[asyncio.Event] = set()
-        self.batch = Batch(set())  # the transaction being built (writer thread only)
+        self.batch = Batch()  # the transaction being built (writer thread only)
         self._thread.start()
 
     def now_ms(self) -> int:
@@ -226,12 +140,11 @@ class BrokerStore:
         step: Callable[[sqlite3.Connection, int], T],
         *,
         wakes: bool = False,
-        key: int | None = None,
         undo: Callable[[sqlite3.Connection, int, T], Any] | None = None,
     ) -> T:
         """Run ``step(conn, now_ms)`` inside the next group commit; its result once
         committed. ``wakes``: the step makes jobs ready (readers blocked here look
-        again); ``key``: the job the step is about (see :class:`Batch`).
+        again).
 
         A step once queued runs to its end (and commits) even if its caller is
         cancelled meanwhile; the cancelled caller just never hears of it (so a
@@ -240,7 +153,7 @@ class BrokerStore:
         while still queued, it never runs; already run, ``undo(conn, now_ms,
         result)`` runs in a later transaction of its own (the claim gives its
         leases back, so no job stays leased to a reader that is gone)."""
-        pending = _Pending(step, asyncio.get_running_loop(), wakes, key, undo)
+        pending = _Pending(step, asyncio.get_running_loop(), wakes, undo)
         self._put(pending)
         try:
             result: T = await pending.future
@@ -273,7 +186,7 @@ class BrokerStore:
         def step(conn: sqlite3.Connection, now_ms: int) -> Any:
             return undo(conn, now_ms, result)
 
-        again = _Pending(step, pending.loop, True, None, None)
+        again = _Pending(step, pending.loop, True, None)
         again.future.add_done_callback(_consume)
         # Closed: the leases stay until this worker's restart releases them (row 73).
         with contextlib.suppress(DependencyUnavailable):
@@ -290,6 +203,24 @@ class BrokerStore:
                 raise DependencyUnavailable(f"sqlite broker read failed: {exc}") from exc
             finally:
                 conn.close()
+
+        return await anyio.to_thread.run_sync(run)
+
+    async def peek(self, query: Callable[[sqlite3.Connection, int], T]) -> T:
+        """``query(conn, now_ms)`` on this process's one reading connection, in a
+        worker thread: a read never waits for the writer's batch (its fsync), and
+        sees only committed transactions (WAL: a snapshot per statement)."""
+
+        def run() -> T:
+            with self._reading:
+                if self._closed:
+                    raise DependencyUnavailable("sqlite broker is closed")
+                if self._reader is None:
+                    self._reader = connect(self.path)
+                try:
+                    return query(self._reader, self.now_ms())
+                except sqlite3.Error as exc:
+                    raise DependencyUnavailable(f"sqlite broker read failed: {exc}") from exc
 
         return await anyio.to_thread.run_sync(run)
 
@@ -324,6 +255,9 @@ class BrokerStore:
         so running one again after a rollback is running it for the first time)."""
         try:
             outcomes = self._transaction(batch)
+        except _TransactionLost as lost:
+            failed = DependencyUnavailable(f"sqlite broker write failed: {lost.__cause__ or lost}")
+            outcomes = [(None, failed) for _ in batch]
         except _StepFailed:
             outcomes = [self._alone(pending) for pending in batch]
         except sqlite3.Error as exc:
@@ -337,22 +271,22 @@ class BrokerStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             now_ms = self.now_ms()
-            self.batch = Batch({p.key for p in batch if p.key is not None})
+            self.batch = Batch()
             results: list[tuple[Any, BaseException | None]] = []
             for pending in batch:
                 try:
                     results.append((pending.step(conn, now_ms), None))
                 except Exception as exc:
+                    _still_open(conn, exc)
                     raise _StepFailed from exc
-            try:
-                self.batch.flush(conn)
-            except Exception as exc:
-                raise _StepFailed from exc
+                _still_open(conn, None)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            self.batch.ended()
         self.commits += 1
         self.steps += len(batch)
         return results
@@ -360,6 +294,8 @@ class BrokerStore:
     def _alone(self, pending: _Pending) -> tuple[Any, BaseException | None]:
         try:
             return self._transaction([pending])[0]
+        except _TransactionLost as lost:
+            return None, DependencyUnavailable(f"sqlite broker write failed: {lost.__cause__}")
         except _StepFailed as failed:
             exc = failed.__cause__
             assert isinstance(exc, Exception)
@@ -424,3 +360,7 @@ class BrokerStore:
             self._queue.put(None)
         self._thread.join(timeout=30)
         self._conn.close()
+        with self._reading:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
 import anyio
+import anyio.lowlevel
 
 from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
@@ -17,11 +19,15 @@ POLL_S: Final = 0.02  # how often a blocked read looks for other processes' publ
 class SqliteEventStream:
     """One consumer of the broker file's queue.
 
-    ``read`` leases ready jobs (one ``BEGIN IMMEDIATE`` transaction, aging across
-    the four priority classes, a fresh token per lease); ``reclaim`` takes over
-    leases idle longer than the recovery loop's threshold. ``ensure_group``, at
-    a worker's start, makes every lease its previous process held ready again.
-    The group is the file: one group per broker file.
+    ``read`` only peeks at ready jobs (aging across the four priority classes, no
+    write, so no commit): each message carries a fresh delivery handle, and the
+    ledger's ``begin`` leases the job with it and claims its invocations in one
+    transaction, answering ``lost`` for a job another consumer took first. A job
+    is therefore leased and claimed by one durable commit, and settled and
+    acknowledged by a second. ``reclaim`` takes over leases idle longer than the
+    recovery loop's threshold. ``ensure_group``, at a worker's start, makes every
+    lease its previous process held ready again. The group is the file: one
+    group per broker file.
     """
 
     def __init__(self, store: BrokerStore, *, stream: str, group: str, consumer: str) -> None:
@@ -50,16 +56,33 @@ class SqliteEventStream:
     async def read(
         self, count: int, block_ms: int, patience_s: float = 10.0
     ) -> Sequence[StreamMessage]:
-        stream, consumer = self._stream, self._consumer
+        stream = self._stream
         deadline = anyio.current_time() + block_ms / 1000
         waker = self._waker
+        store = self._store
+        offers = store.offers
+        handed: list[StreamMessage] = []
+
+        def peek(c: sqlite3.Connection, now: int) -> list[StreamMessage]:
+            def choose(offered: set[int], lane: int) -> list[int]:
+                handed[:] = jobs.peek(c, now, stream, count, offered, lane)
+                return _seqs(handed)
+
+            offers.take(now, choose)
+            return list(handed)
+
         while True:
             waker.clear()
-            leased = await self._store.write(
-                lambda c, now: jobs.claim(c, now, stream, consumer, count), undo=jobs.give_back
-            )
-            if leased or anyio.current_time() >= deadline:
-                return self._held(leased)
+            try:
+                peeked = await store.peek(peek)
+                # A thread call ends even when cancelled meanwhile: its caller is
+                # gone, so what it chose goes to the next reader, not to nobody.
+                await anyio.lowlevel.checkpoint_if_cancelled()
+            except BaseException:
+                offers.forget(_seqs(handed))
+                raise
+            if peeked or anyio.current_time() >= deadline:
+                return self._handed(peeked)
             with anyio.move_on_after(min(POLL_S, max(0.0, deadline - anyio.current_time()))):
                 await waker.wait()
 
@@ -77,8 +100,16 @@ class SqliteEventStream:
         before the job is acknowledged."""
 
     def _held(self, leased: list[tuple[StreamMessage, str]]) -> list[StreamMessage]:
-        for message, token in leased:
+        return self._handed([message for message, _ in leased])
+
+    def _handed(self, messages: list[StreamMessage]) -> list[StreamMessage]:
+        for message in messages:
             seq = jobs.seq_of(message.id)
             assert seq is not None
-            self._store.leases[seq] = token
-        return [message for message, _ in leased]
+            self._store.leases[seq] = message.delivery
+        return messages
+
+
+
+def _seqs(messages: list[StreamMessage]) -> list[int]:
+    return [seq for m in messages if (seq := jobs.seq_of(m.id)) is not None]
