@@ -9,6 +9,8 @@ larger than ``MAX_EVENT_BYTES``) is dead-lettered at once under ``-`` placeholde
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
@@ -87,11 +89,58 @@ def message_outcome(
 
 
 class Malformed(msgspec.Struct, frozen=True):
-    """A payload that can never succeed, with a short reason and a printable
-    summary for the DLQ (oversized payloads are summarised, never stored)."""
+    """A payload that can never succeed, with a short reason and the DLQ entry's
+    ``event`` text (:func:`dlq_event_text`: the whole payload when it is within
+    ``MAX_EVENT_BYTES``; an oversized payload only summarised, never stored)."""
 
     reason: str
     summary: str
+
+
+# A payload that is not UTF-8 cannot be a stream field's text as it is: the DLQ entry
+# keeps it as this mark and its base64. A UTF-8 payload that happens to start with the
+# mark is encoded the same way, so the text always decodes back to exactly one payload.
+EVENT_BASE64_MARK: Final = "relay-base64:"
+SUMMARY_BYTES: Final = 256  # what an oversized payload's entry keeps of it
+_OVERSIZED: Final = "larger than MAX_EVENT_BYTES"
+MISSING_EVENT: Final = "missing event field"
+
+
+def dlq_event_text(raw: bytes) -> str:
+    """The DLQ entry's ``event`` for a payload kept whole: its text when it is UTF-8,
+    else :data:`EVENT_BASE64_MARK` and the base64 of its bytes."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and not text.startswith(EVENT_BASE64_MARK):
+        return text
+    return EVENT_BASE64_MARK + base64.b64encode(raw).decode("ascii")
+
+
+def dlq_event_bytes(text: str) -> bytes:
+    """The payload :func:`dlq_event_text` kept (its exact inverse)."""
+    if text.startswith(EVENT_BASE64_MARK):
+        try:
+            return base64.b64decode(text[len(EVENT_BASE64_MARK) :], validate=True)
+        except binascii.Error:
+            pass  # not one this rule wrote: the text is all there is
+    return text.encode()
+
+
+def republishable(reason: str) -> bool:
+    """Whether a malformed message's entry holds its whole payload (so ``relay dlq
+    replay`` can publish exactly those bytes again): all but a missing ``event``
+    field and an oversized payload, whose entry keeps a summary only."""
+    return reason != MISSING_EVENT and _OVERSIZED not in reason
+
+
+def _oversized(raw: bytes, max_bytes: int) -> Malformed:
+    head = raw[:SUMMARY_BYTES].decode("utf-8", "replace")
+    return Malformed(
+        f"event is {len(raw)} bytes, {_OVERSIZED} ({max_bytes})",
+        f"{head}... ({len(raw)} bytes, truncated)",
+    )
 
 
 _decoder = msgspec.json.Decoder()
@@ -103,35 +152,38 @@ def inspect_payload(raw: bytes | None, max_bytes: int) -> dict[str, Any] | Malfo
     The size cap is checked before decoding, so a huge payload costs no parsing.
     """
     if raw is None:
-        return Malformed("missing event field", "")
+        return Malformed(MISSING_EVENT, "")
     if len(raw) > max_bytes:
-        return Malformed(
-            f"event is {len(raw)} bytes, larger than MAX_EVENT_BYTES ({max_bytes})",
-            raw[:256].decode("utf-8", "replace") + f"... ({len(raw)} bytes, truncated)",
-        )
+        return _oversized(raw, max_bytes)
     try:
-        text = raw.decode("utf-8")
+        raw.decode("utf-8")
     except UnicodeDecodeError:
-        return Malformed("event is not a UTF-8 string", raw.decode("utf-8", "replace"))
+        return Malformed("event is not a UTF-8 string", dlq_event_text(raw))
     try:
         value = _decoder.decode(raw)
     except msgspec.DecodeError as exc:
-        return Malformed(f"event is not valid JSON: {exc}", text)
+        return Malformed(f"event is not valid JSON: {exc}", dlq_event_text(raw))
     if not isinstance(value, dict):
-        return Malformed(f"event is a JSON {type(value).__name__}, not an object", text)
+        return Malformed(
+            f"event is a JSON {type(value).__name__}, not an object", dlq_event_text(raw)
+        )
     return value
 
 
-def classify_failure(exc: BaseException, raw: bytes) -> Malformed:
+def malformed(reason: str, raw: bytes, max_bytes: int) -> Malformed:
+    """A payload found malformed after decoding (an occurrence Relay did not write,
+    ...): the entry keeps it whole, or summarised when oversized."""
+    if len(raw) > max_bytes:
+        return Malformed(reason, _oversized(raw, max_bytes).summary)
+    return Malformed(reason, dlq_event_text(raw))
+
+
+def classify_failure(exc: BaseException, raw: bytes, max_bytes: int) -> Malformed:
     """An event whose decoding or matching raised (nested too deep for the
     decoder or the matcher, or anything unforeseen): it can never succeed either.
     Only the exception's type is named: its text may quote the payload."""
     kind = "nested too deeply" if isinstance(exc, RecursionError) else type(exc).__name__
-    return Malformed(
-        f"event could not be decoded or classified: {kind}",
-        raw[:256].decode("utf-8", "replace")
-        + (f"... ({len(raw)} bytes)" if len(raw) > 256 else ""),
-    )
+    return malformed(f"event could not be decoded or classified: {kind}", raw, max_bytes)
 
 
 # --- dead-letter entries -------------------------------------------------------------
