@@ -32,6 +32,7 @@ from relay.adapters.docker.runtime import DockerContainerRuntime
 from relay.adapters.docker.services import DockerServiceContainers, DockerServiceImages
 from relay.adapters.fs.discovery import FsFunctionSource
 from relay.adapters.fs.env_key import load_env_key
+from relay.adapters.fs.functions_dir import nothing_to_serve
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
 from relay.adapters.git.webhook import git_webhook
@@ -407,6 +408,9 @@ def _add_loops(
     # A broker outage shows in `relay health` while the loops keep retrying.
     worker.composition.health.watch(broker.name, lambda: consumer.health.healthy)
     worker.composition.health.watch(f"{broker.name} recovery", lambda: recovery.health.healthy)
+    # Nothing to serve is not healthy (issue 35.2): a directory gone under the
+    # worker, or not synced yet from its git source, holds every event it reads.
+    worker.composition.health.explain("functions", lambda: nothing_to_serve(functions_dir))
     control = ControlServer(lock, bus.send)
     worker.loops += [
         ("control", control.serve),
