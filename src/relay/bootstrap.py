@@ -41,7 +41,7 @@ from relay.adapters.metrics.breakers import subscribe_breakers
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.server import MetricsServer, sample_backlog
 from relay.adapters.metrics.subscribers import InstrumentedImageBuilder, subscribe
-from relay.adapters.sqlite.db import open_db
+from relay.adapters.sqlite.db import open_db, process_stats_path
 from relay.adapters.sqlite.state_view import SqliteStateView
 from relay.adapters.sqlite.stats_store import SqliteStatsStore
 from relay.adapters.system import RandomTokenSource, SystemClock
@@ -286,13 +286,15 @@ async def build_worker(
         )
         builder = InstrumentedImageBuilder(DockerImageBuilder(docker), metrics)
         slots = Slots(settings.max_concurrency)
-        state_db = open_db(paths.database)
-        stack.callback(state_db.close)
-        stats = StatsRecorder(metrics, SqliteStatsStore(state_db), clock)
+        stats = StatsRecorder(metrics, SqliteStatsStore(_stats_db(stack, settings)), clock)
         secret_store = FileSecretStore(paths.secrets_dir)
-        services = _service_converger(docker, settings, secret_store, clock)
-        # LIFO: runs before the engine connection closes (graceful shutdown only).
-        stack.push_async_callback(_shielded(services.stop_all))
+        # Under `relay start --processes N` only the first process converges the
+        # host's service containers (they are one set per host, not per process).
+        services = None
+        if settings.process == 0:
+            services = _service_converger(docker, settings, secret_store, clock)
+            # LIFO: runs before the engine connection closes (graceful shutdown only).
+            stack.push_async_callback(_shielded(services.stop_all))
         composition = compose(
             bus=bus,
             registry=FunctionRegistry(),
@@ -339,6 +341,20 @@ async def build_worker(
         )
         worker.loops += webhook_loops
         yield worker
+
+
+def _stats_db(stack: AsyncExitStack, settings: Any) -> Any:
+    """Where this process's stats rows live: the state database for a lone worker
+    (and the first of ``--processes N``), else a file of its own that ``relay stats``
+    adds up (a stats save replaces the rows: shared, the processes would overwrite
+    each other's counts)."""
+    if settings.process == 0:
+        path = settings.paths.database
+    else:
+        path = process_stats_path(settings.paths.state_dir, settings.process)
+    db = open_db(path)
+    stack.callback(db.close)
+    return db
 
 
 def _service_converger(
