@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -88,9 +89,20 @@ def test_two_processes_share_the_broker_file_and_stop_together(
             return shown.returncode == 0 and json.loads(shown.stdout)["events_received"] == EVENTS
 
         wait_until(counted, 30, f"relay stats to add up {EVENTS} events of both processes")
+
+        # a child that dies is started again (after a 1 s backoff) under its name
+        os.kill(pids[1], signal.SIGKILL)
+        worker.wait_for(r"msg=process_exited .*index=1", timeout=30)
+        worker.wait_for(r"msg=process_started .*index=1", timeout=30, count=2)
+        worker.wait_for(r"msg=relay_started", timeout=120, count=3)
+        pids += [int(p) for p in re.findall(r"msg=process_started .*?pid=(\d+)",
+                                            "\n".join(worker.output()))[2:]]
+        again = run_relay(["publish", "--event", json.dumps({"kind": "work", "n": EVENTS})], env)
+        assert again.returncode == 0, again.stderr
+        worker.wait_for(rf"worked {EVENTS}$", timeout=60)
     finally:
         code = worker.stop(timeout=60)
     assert code == 0
-    assert len(worker.find(r"msg=relay_stopped")) == 2
+    assert len(worker.find(r"msg=relay_stopped")) == 2  # the killed one never said it
     assert worker.find(r"msg=processes_stopped")
     assert not [pid for pid in pids if _alive(pid)]
