@@ -47,7 +47,7 @@ def classify(
         if isinstance(decoded, Malformed):
             return decoded
         if schedule.is_occurrence(decoded):
-            plan = plan_occurrence(decoded, catalog)
+            plan = plan_occurrence(decoded, catalog, now)
             if isinstance(plan, InvalidOccurrence):
                 return malformed(plan.reason, payload or _EMPTY, max_event_bytes)
             return plan

@@ -180,6 +180,21 @@ def parse_occurrence(event: Mapping[str, Any]) -> Envelope | InvalidOccurrence:
     return Envelope(source=SOURCE, **values)
 
 
+def beyond_dedup_window(occurrence: Envelope, now_s: float) -> InvalidOccurrence | None:
+    """Why an occurrence due more than :data:`DEDUP_TTL_S` before ``now_s`` is not run:
+    its publish-if-new record has expired, so nothing can tell it from a copy written
+    by hand (or re-published), and running it would run a past occurrence again.
+    ``None`` within the window."""
+    at = parse_instant(occurrence.scheduled_at)
+    if at is None or now_s - at <= DEDUP_TTL_S:
+        return None
+    return InvalidOccurrence(
+        f"invalid schedule occurrence: {occurrence.scheduled_at} is older than the "
+        f"{DEDUP_TTL_S // 86400}-day publish-if-new window (a copy, or delivered too late "
+        "to tell from one): not run"
+    )
+
+
 # --- when a cron fires --------------------------------------------------------------
 
 
