@@ -34,6 +34,18 @@ def test_each_child_has_its_run_directory_consumer_name_and_ports() -> None:
     assert "GIT_WEBHOOK_ADDR" not in second
     assert (first["METRICS_ADDR"], second["METRICS_ADDR"]) == ("127.0.0.1:9100", "127.0.0.1:9101")
     assert load_settings(second).process == 1
+    assert "RELAY_DIRECT_DIR" not in second  # the run directory's, per process already
+
+
+def test_a_shared_socket_directory_is_split_per_process() -> None:
+    """Each process empties its socket directory at start: sharing one, a process
+    would delete the sockets of the others' containers."""
+    env = {**ENV, "RELAY_DIRECT_DIR": "/run/relay-sockets/box/containers"}
+    settings = load_settings(env)
+    assert [child_env(env, settings, i)["RELAY_DIRECT_DIR"] for i in (0, 1)] == [
+        "/run/relay-sockets/box/containers/0",
+        "/run/relay-sockets/box/containers/1",
+    ]
 
 
 def test_stats_of_several_processes_add_up_but_the_backlog_is_sampled() -> None:

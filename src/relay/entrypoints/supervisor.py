@@ -2,7 +2,8 @@
 
 Each child is an ordinary ``relay start`` (``python -m relay start``) with
 ``RELAY_PROCESS_INDEX=i`` and its own run directory ``<RELAY_RUN_DIR>/<i>``
-(process lock, control socket, execution-container sockets) and consumer name:
+(process lock, control socket, execution-container sockets; with
+``RELAY_DIRECT_DIR``, ``<RELAY_DIRECT_DIR>/<i>`` for those) and consumer name:
 the host's name for process 0 (so going from one process to N keeps its pending
 list and its service containers) and ``<hostname>-<i>`` for the others. They
 share the consumer group (Redis) or the broker file (embedded) like workers on
@@ -69,6 +70,9 @@ def child_env(env: Mapping[str, str], settings: Settings, index: int) -> dict[st
     out[SUPERVISOR_PID] = str(os.getpid())
     out["RELAY_RUN_DIR"] = str(settings.paths.run_dir / str(index))
     out["RELAY_HOSTNAME"] = settings.hostname if index == 0 else f"{settings.hostname}-{index}"
+    shared = settings.paths.shared_direct_dir
+    if shared is not None:  # each process empties its own at start: never a shared one
+        out["RELAY_DIRECT_DIR"] = str(shared / str(index))
     if index > 0:
         out.pop("GIT_WEBHOOK_ADDR", None)
         metrics = settings.metrics_addr
