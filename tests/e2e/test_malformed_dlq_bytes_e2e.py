@@ -15,7 +15,7 @@ import redis
 
 from relay.adapters.redis.keys import dlq_key
 from relay.adapters.sqlite.broker import jobs
-from relay.domain.outcome import EVENT_BASE64_MARK, dlq_event_bytes
+from relay.domain.dlq_event import EVENT_BASE64_MARK, dlq_event_bytes
 from relay.domain.priority import priority_class
 from relay.entrypoints.config import EMBEDDED_STREAM
 from tests.e2e.conftest import WorkerFactory

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from relay.domain.dlq_event import (
+    EVENT_BASE64_MARK,
+    dlq_event_bytes,
+    dlq_event_text,
+    republishable,
+)
 from relay.domain.invocation import BackingOff, Exhausted, Marker, Ok, Running
 from relay.domain.outcome import (
     DLQ_FIELDS,
-    EVENT_BASE64_MARK,
     Acknowledge,
     DeadLetterEntry,
     DeadLetterFirst,
@@ -15,12 +20,9 @@ from relay.domain.outcome import (
     Malformed,
     MessageOutcome,
     classify_failure,
-    dlq_event_bytes,
-    dlq_event_text,
     inspect_payload,
     malformed,
     message_outcome,
-    republishable,
     rfc3339,
 )
 

@@ -1,7 +1,7 @@
 """``relay dlq replay`` of a malformed message's entry: publish its payload again.
 
 A malformed message has no handler to re-run; its entry keeps the whole payload
-(:func:`relay.domain.outcome.dlq_event_text`), so the only replay there is, once
+(:func:`relay.domain.dlq_event.dlq_event_text`), so the only replay there is, once
 its cause is fixed (a producer's bug, a larger ``MAX_EVENT_BYTES``), is the same
 bytes appended to the configured stream (``REDIS_STREAM``, whose DLQ holds the
 entry) on the selected broker. The entry
@@ -16,8 +16,8 @@ from redis.exceptions import RedisError
 
 from relay.adapters.redis.dlq_reader import StoredDeadLetter
 from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
+from relay.domain.dlq_event import dlq_event_bytes, republishable
 from relay.domain.errors import DependencyUnavailable, RelayError
-from relay.domain.outcome import dlq_event_bytes, republishable
 from relay.entrypoints.cli.brokers import open_store, with_dead_letters
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import BrokerSettings, RedisSettings
