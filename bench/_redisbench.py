@@ -421,9 +421,15 @@ class SteadyRun:
 
 
 def process_cpu_s(pid: int) -> float:
-    """User plus system CPU seconds of ``pid`` so far (Linux ``/proc``)."""
+    """User plus system CPU seconds of ``pid`` and its live children so far (Linux
+    ``/proc``): the children are the worker processes of ``relay start --processes N``."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return own
+    return own + sum(process_cpu_s(int(child)) for child in children)
 
 
 async def redis_cpu_s(client: Redis) -> float:
@@ -556,8 +562,10 @@ def start_worker(
     workdir: Path,
     name: str,
     extra_env: dict[str, str] | None = None,
+    processes: int = 1,
 ) -> Worker:
-    """``relay start --functions DIR`` with its own state and run directories."""
+    """``relay start --functions DIR [--processes N]`` with its own state and run
+    directories."""
     state, run = workdir / f"{name}-state", workdir / f"{name}-run"
     state.mkdir(exist_ok=True)
     run.mkdir(exist_ok=True)
@@ -575,7 +583,9 @@ def start_worker(
     log_path = workdir / f"{name}.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [RELAY, "start", "--functions", str(functions)],
+            # the flag only when asked: relay_ab.py runs an older relay without it
+            [RELAY, "start", "--functions", str(functions),
+             *(["--processes", str(processes)] if processes > 1 else [])],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -594,9 +604,11 @@ def start_noop_worker(
     name: str,
     concurrency: int,
     extra_env: dict[str, str] | None = None,
+    processes: int = 1,
 ) -> Worker:
     """``relay start`` on one no-op Python function with MAX_CONCURRENCY =
-    ``concurrency`` (so that many warm containers), LOG_LEVEL=WARN, plus ``extra_env``."""
+    ``concurrency`` (so that many warm containers per process), LOG_LEVEL=WARN, plus
+    ``extra_env``; ``processes`` worker processes (``--processes``)."""
     functions = write_function(
         root / "functions",
         function,
@@ -611,6 +623,7 @@ def start_noop_worker(
         workdir=root,
         name=name,
         extra_env={"MAX_CONCURRENCY": str(concurrency), **(extra_env or {})},
+        processes=processes,
     )
 
 

@@ -3,6 +3,7 @@
     .venv/bin/python bench/throughput.py [--events 20000] [--latency-events 30000]
                                          [--runs 3] [--same-rate 2400]
                                          [--redis-url URL] [--skip-relay] [--compose]
+                                         [--processes 1,2]
 
 Against one throwaway Redis (a container of relay-testbed/redis:7, else a local
 redis-server; removed afterwards) it measures:
@@ -16,7 +17,9 @@ redis-server; removed afterwards) it measures:
 (b') the adapters alone (``bench/_floor.py``): the same calls through Relay's own
     adapters, with no dispatcher, bus, metrics or slots: the ceiling for (c);
 (c) Relay end to end: the real ``relay start`` with a no-op Python handler and
-    MAX_CONCURRENCY=4 (so four warm containers), after a warm-up.
+    MAX_CONCURRENCY=4 (so four warm containers), after a warm-up; with
+    ``--processes 1,2`` once per count (``relay start --processes N``: N worker
+    processes, four warm containers each), one after the other in the same run.
 (d) with ``--compose``: the same no-op function in the compose.dev.yaml deployment
     (Relay's image behind the socket proxy), once as shipped (the per-container
     socket through the shared directory, RELAY_DIRECT_DIR) and once with it off
@@ -313,6 +316,7 @@ async def relay_phase(
     runs: int,
     build_timeout: float,
     same_rate: float | None = None,
+    processes: int = 1,
 ) -> Result:
     suffix = secrets.token_hex(3)
     function = f"bench-noop-{suffix}"
@@ -327,13 +331,13 @@ async def relay_phase(
             function=function,
             name="bench-worker",
             concurrency=4,
+            processes=processes,
         )
         try:
             print(f"relay: starting the worker and building {function} (first build is slow)")
             await warm_up(client, stream, group, worker, build_timeout)
-            result = await bursts(
-                "relay end to end", client, stream, group, events, runs, worker.alive
-            )
+            label = "relay end to end" + (f" ({processes} processes)" if processes > 1 else "")
+            result = await bursts(label, client, stream, group, events, runs, worker.alive)
             await settled_at_half_rate(
                 result, url, stream, group, latency_events, same_rate, worker.proc.pid
             )
@@ -414,17 +418,18 @@ def _phases(args: argparse.Namespace, url: str) -> list[Result]:
                     args.same_rate,
                 )
             )
-    results.append(
-        anyio.run(
-            relay_phase,
-            url,
-            args.events,
-            args.latency_events,
-            args.runs,
-            args.build_timeout,
-            args.same_rate,
+    for processes in args.processes:
+        results.append(
+            anyio.run(
+                functools.partial(relay_phase, processes=processes),
+                url,
+                args.events,
+                args.latency_events,
+                args.runs,
+                args.build_timeout,
+                args.same_rate,
+            )
         )
-    )
     return results
 
 
@@ -514,6 +519,10 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _process_counts(text: str) -> list[int]:
+    return [_at_least_one(part) for part in text.split(",") if part.strip()] or [1]
+
+
 def main() -> None:
     if len(sys.argv) == 7 and sys.argv[1] == "--raw-consumer":
         raw_consumer(*sys.argv[2:])
@@ -536,6 +545,14 @@ def main() -> None:
         default=None,
         metavar="R",
         help="also pace the ledger consumers at R events/s each, with CPU per event",
+    )
+    parser.add_argument(
+        "--processes",
+        type=_process_counts,
+        default=[1],
+        metavar="N[,N...]",
+        help="relay end to end with each of these `relay start --processes` counts, in "
+        "turn (e.g. 1,2: one and two worker processes in one run); 4 containers each",
     )
     parser.add_argument(
         "--compose",

@@ -592,7 +592,7 @@ class InMemoryOccurrencePublisher:
         if self.fail_next > 0:
             self.fail_next -= 1
             raise DependencyUnavailable("redis schedule publish failed: connection refused")
-        key = schedule.dedup_key(occurrence.occurrence_id)
+        key = schedule.dedup_key(self._stream.stream, occurrence.occurrence_id)
         now = self._clock.now()
         held = self.keys.get(key)
         if held is not None and held[1] > now:

@@ -32,6 +32,7 @@ from relay.adapters.docker.runtime import DockerContainerRuntime
 from relay.adapters.docker.services import DockerServiceContainers, DockerServiceImages
 from relay.adapters.fs.discovery import FsFunctionSource
 from relay.adapters.fs.env_key import load_env_key
+from relay.adapters.fs.functions_dir import nothing_to_serve
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
 from relay.adapters.git.webhook import git_webhook
@@ -40,7 +41,7 @@ from relay.adapters.metrics.breakers import subscribe_breakers
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.server import MetricsServer, sample_backlog
 from relay.adapters.metrics.subscribers import InstrumentedImageBuilder, subscribe
-from relay.adapters.sqlite.db import open_db
+from relay.adapters.sqlite.db import open_db, process_stats_path
 from relay.adapters.sqlite.state_view import SqliteStateView
 from relay.adapters.sqlite.stats_store import SqliteStatsStore
 from relay.adapters.system import RandomTokenSource, SystemClock
@@ -285,13 +286,15 @@ async def build_worker(
         )
         builder = InstrumentedImageBuilder(DockerImageBuilder(docker), metrics)
         slots = Slots(settings.max_concurrency)
-        state_db = open_db(paths.database)
-        stack.callback(state_db.close)
-        stats = StatsRecorder(metrics, SqliteStatsStore(state_db), clock)
+        stats = StatsRecorder(metrics, SqliteStatsStore(_stats_db(stack, settings)), clock)
         secret_store = FileSecretStore(paths.secrets_dir)
-        services = _service_converger(docker, settings, secret_store, clock)
-        # LIFO: runs before the engine connection closes (graceful shutdown only).
-        stack.push_async_callback(_shielded(services.stop_all))
+        # Under `relay start --processes N` only the first process converges the
+        # host's service containers (they are one set per host, not per process).
+        services = None
+        if settings.process == 0:
+            services = _service_converger(docker, settings, secret_store, clock)
+            # LIFO: runs before the engine connection closes (graceful shutdown only).
+            stack.push_async_callback(_shielded(services.stop_all))
         composition = compose(
             bus=bus,
             registry=FunctionRegistry(),
@@ -338,6 +341,20 @@ async def build_worker(
         )
         worker.loops += webhook_loops
         yield worker
+
+
+def _stats_db(stack: AsyncExitStack, settings: Any) -> Any:
+    """Where this process's stats rows live: the state database for a lone worker
+    (and the first of ``--processes N``), else a file of its own that ``relay stats``
+    adds up (a stats save replaces the rows: shared, the processes would overwrite
+    each other's counts)."""
+    if settings.process == 0:
+        path = settings.paths.database
+    else:
+        path = process_stats_path(settings.paths.state_dir, settings.process)
+    db = open_db(path)
+    stack.callback(db.close)
+    return db
 
 
 def _service_converger(
@@ -407,6 +424,9 @@ def _add_loops(
     # A broker outage shows in `relay health` while the loops keep retrying.
     worker.composition.health.watch(broker.name, lambda: consumer.health.healthy)
     worker.composition.health.watch(f"{broker.name} recovery", lambda: recovery.health.healthy)
+    # Nothing to serve is not healthy (issue 35.2): a directory gone under the
+    # worker, or not synced yet from its git source, holds every event it reads.
+    worker.composition.health.explain("functions", lambda: nothing_to_serve(functions_dir))
     control = ControlServer(lock, bus.send)
     worker.loops += [
         ("control", control.serve),

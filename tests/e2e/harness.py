@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import redis
@@ -83,9 +83,9 @@ class RelayWorker:
         keep = ("REDIS_URI", "REDIS_STREAM", "REDIS_GROUP", "RELAY_STATE_DIR", "RELAY_RUN_DIR")
         return {k: self.env[k] for k in keep if k in self.env}
 
-    def start(self, *, wait: bool = True) -> RelayWorker:
+    def start(self, *, wait: bool = True, args: Sequence[str] = ()) -> RelayWorker:
         self.process = subprocess.Popen(
-            [RELAY, "start", "--functions", str(self.functions)],
+            [RELAY, "start", "--functions", str(self.functions), *args],
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -173,13 +173,39 @@ async def test_latest_published_reads_each_schedules_newest_live_occurrence(
     for handler, at in (("jobs.a", AT - 60), ("jobs.a", AT), ("jobs.ab", AT + 60)):
         await publisher.publish(schedule.envelope("fn", handler, at))
     prefixes = [schedule.schedule_prefix("fn", h) for h in ("jobs.a", "jobs.ab", "jobs.c")]
-    latest = await latest_published(store, prefixes)
+    latest = await latest_published(store, "events", prefixes)
     assert latest == {
         prefixes[0]: schedule.occurrence_id("fn", "jobs.a", AT),
         prefixes[1]: schedule.occurrence_id("fn", "jobs.ab", AT + 60),
     }
     clock.advance(schedule.DEDUP_TTL_S)  # every row past its window: nothing remembered
-    assert await latest_published(store, prefixes) == {}
+    assert await latest_published(store, "events", prefixes) == {}
+
+
+async def test_two_streams_in_one_file_each_get_their_occurrences_and_old_rows_count(
+    store: BrokerStore, path: Path
+) -> None:
+    """Issue 35.4 on the embedded broker: the ``occurrences`` row is scoped by the
+    stream, so two streams in one file each get every occurrence once; a live row
+    of the previous layout (the bare occurrence id) still counts as published."""
+    prod = SqliteOccurrencePublisher(store, "prod")
+    staging = SqliteOccurrencePublisher(store, "staging")
+    for at in range(AT, AT + 5 * 60, 60):
+        occurrence = schedule.envelope("fn", "jobs.a", at)
+        for publisher in (prod, staging, prod, staging):
+            await publisher.publish(occurrence)
+    found = rows(path, "SELECT stream, count(*) FROM jobs GROUP BY stream ORDER BY stream")
+    assert found == [("prod", 5), ("staging", 5)]
+    upgraded = schedule.envelope("fn", "jobs.a", AT + 3600)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO occurrences (id, message_id, expires_ms) VALUES (?, '1-1', ?)",
+            (upgraded.occurrence_id, store.now_ms() + 60_000),
+        )
+    conn.close()
+    assert await prod.publish(upgraded) is None
+    prefix = schedule.schedule_prefix("fn", "jobs.a")
+    assert await latest_published(store, "prod", [prefix]) == {prefix: upgraded.occurrence_id}
 
 
 def test_schedule_ls_on_the_embedded_broker_reads_the_broker_file(

@@ -237,14 +237,30 @@ def test_replay_needs_redis_group(redis_url: str, client: redis.Redis, stream: s
     assert "REDIS_GROUP" in result.stderr
 
 
-def test_placeholder_entries_are_not_replayable(
+def test_a_malformed_entry_is_republished_and_a_summary_is_refused(
     redis_url: str, client: redis.Redis, stream: str, run_dir: Path
 ) -> None:
-    entry_id = seed(client, stream, MALFORMED)
+    """A placeholder entry names no handler: its replay appends the payload it keeps
+    to the stream again (no worker needed); an oversized event's entry keeps only a
+    summary, so its replay is refused and the entry kept."""
+    entry_id = seed(client, stream, {**MALFORMED, "original_stream": stream})
     result = relay(redis_url, stream, "replay", entry_id, run_dir=run_dir)
+    assert result.returncode == 0, result.stderr
+    new_id = result.stdout.split()[3]
+    assert result.stdout.startswith(f"Republished {entry_id} as {new_id} on stream {stream} ")
+    republished: Any = client.xrange(stream, new_id, new_id)
+    assert [fields for _, fields in republished] == [{"event": "{not json"}]
+    assert dlq_ids(client, stream) == []
+
+    oversized = seed(
+        client,
+        stream,
+        {**MALFORMED, "reason": "event is 9000 bytes, larger than MAX_EVENT_BYTES (1024)"},
+    )
+    result = relay(redis_url, stream, "replay", oversized, run_dir=run_dir)
     assert result.returncode == 1
-    assert "no handler to replay" in result.stderr
-    assert dlq_ids(client, stream) == [entry_id]
+    assert "whose payload it does not hold" in result.stderr
+    assert dlq_ids(client, stream) == [oversized]
 
 
 def test_replay_without_a_worker_keeps_the_entry(

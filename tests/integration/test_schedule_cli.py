@@ -55,7 +55,10 @@ def test_schedule_ls_shows_the_last_published_and_the_next_occurrence(
 ) -> None:
     fn = f"fn-{unique}"
     anyio.run(_publish, redis_url, f"{unique}-events", fn)  # the command runs its own loop
-    env = {**_state(tmp_path, fn), "REDIS_URI": redis_url}
+    # the dedup keys are per stream: another stream's schedule ls sees none of them
+    other = {**_state(tmp_path, fn), "REDIS_URI": redis_url, "REDIS_STREAM": f"{unique}-x"}
+    assert "2030-03-17" not in CliRunner().invoke(app, ["schedule", "ls"], env=other).stdout
+    env = {**_state(tmp_path, fn), "REDIS_URI": redis_url, "REDIS_STREAM": f"{unique}-events"}
     result = CliRunner().invoke(app, ["schedule", "ls"], env=env)
     assert result.exit_code == 0, result.output
     header, a, b = result.stdout.splitlines()

@@ -83,8 +83,9 @@ def test_the_embedded_stack_has_no_redis_and_keeps_its_broker_file_on_the_volume
 def test_the_embedded_stack_has_the_proxy_and_the_hardening_of_the_redis_one() -> None:
     dev, embedded = _services("compose.dev.yaml"), _services("compose.embedded.yaml")
     assert embedded["socket-proxy"] == dev["socket-proxy"]
-    # everything of relay's but what names the broker and the fast-path directory
-    differ = {"environment", "volumes", "depends_on"}
+    # everything of relay's but what names the broker and the fast-path directory,
+    # and the default hostname (test_the_two_stacks_default_to_different_hostnames)
+    differ = {"environment", "volumes", "depends_on", "hostname"}
     assert {k: v for k, v in embedded["relay"].items() if k not in differ} == {
         k: v for k, v in dev["relay"].items() if k not in differ
     }
@@ -105,3 +106,18 @@ def test_the_healthcheck_gives_relay_health_dockers_default_time(name: str) -> N
     dockerfile = (ROOT / "Dockerfile").read_text()
     (image_timeout,) = re.findall(r"HEALTHCHECK .*--timeout=(\d+)s", dockerfile)
     assert int(image_timeout) >= 30
+
+
+def _default_hostname(name: str) -> str:
+    relay = _services(name)["relay"]
+    found = re.fullmatch(r"\$\{RELAY_HOSTNAME:-([^}]+)\}", relay["hostname"])
+    assert found, relay["hostname"]
+    return found.group(1)
+
+
+def test_the_two_stacks_default_to_different_hostnames() -> None:
+    """Issue 35.12: service containers (and execution containers' orphan sweep) are
+    scoped by the worker's hostname, so the dev and embedded stacks on one engine
+    must not share one by default, or each would stop the other's containers."""
+    assert _default_hostname("compose.dev.yaml") == "relay-dev"
+    assert _default_hostname("compose.embedded.yaml") == "relay-embedded"

@@ -18,7 +18,7 @@ from tests.unit.delivery_world import World, rule
 
 pytestmark = pytest.mark.anyio
 
-AT = int(datetime(2026, 6, 1, 3, 0, tzinfo=UTC).timestamp())
+AT = int(datetime(2027, 1, 15, 3, 0, tzinfo=UTC).timestamp())  # 5 h before the clock
 FIELD = "jobs/jobs.nightly.handler"
 
 
@@ -52,12 +52,12 @@ async def test_an_occurrence_runs_exactly_its_handler_with_the_schedule_payload(
     assert (report.acknowledged, report.outcome) == (True, "completed")
     [request] = world.runtime.requests
     assert (request.function, request.handler) == ("jobs", "jobs.nightly.handler")
-    assert request.event == b'{"source":"relay.schedule","scheduled_at":"2026-06-01T03:00:00Z"}'
+    assert request.event == b'{"source":"relay.schedule","scheduled_at":"2027-01-15T03:00:00Z"}'
     assert request.timeout_ns == 20 * SECOND
     # no event counters: an occurrence has no matched/unmatched class
     assert world.of(ev.EventClassified) == []
     assert world.ledger.hashes[report.message_id]["@class"].startswith(
-        "schedule:jobs:jobs.nightly.handler:2026-06-01T03:00:00Z#"
+        "schedule:jobs:jobs.nightly.handler:2027-01-15T03:00:00Z#"
     )
 
 
@@ -97,7 +97,7 @@ async def test_an_occurrence_of_a_removed_schedule_is_obsolete() -> None:
     assert world.runtime.requests == []  # not even the event rule of the same name
     assert world.dlq.entries == []
     [obsolete] = world.of(ev.OccurrenceObsolete)
-    assert obsolete.occurrence_id == "schedule:jobs:jobs.nightly.handler:2026-06-01T03:00:00Z"
+    assert obsolete.occurrence_id == "schedule:jobs:jobs.nightly.handler:2027-01-15T03:00:00Z"
 
 
 async def test_an_occurrence_of_a_removed_function_is_obsolete() -> None:
@@ -130,11 +130,11 @@ async def test_an_occurrence_waits_for_an_unavailable_or_building_function() -> 
 @pytest.mark.parametrize(
     ("tamper", "reason"),
     [
-        ({"occurrence_id": "schedule:jobs:jobs.nightly.handler:2026-06-02T03:00:00Z"},
+        ({"occurrence_id": "schedule:jobs:jobs.nightly.handler:2027-01-16T03:00:00Z"},
          "occurrence_id does not match its fields"),
-        ({"scheduled_at": "2026-06-01T03:00:07Z",
-          "occurrence_id": "schedule:jobs:jobs.nightly.handler:2026-06-01T03:00:07Z"},
-         "2026-06-01T03:00:07Z is not a firing of jobs/jobs.nightly.handler"),
+        ({"scheduled_at": "2027-01-15T03:00:07Z",
+          "occurrence_id": "schedule:jobs:jobs.nightly.handler:2027-01-15T03:00:07Z"},
+         "2027-01-15T03:00:07Z is not a firing of jobs/jobs.nightly.handler"),
         ({"function": None}, "function is missing"),
     ],
 )  # fmt: skip
@@ -163,7 +163,7 @@ async def test_overlap_skip_acknowledges_while_an_earlier_one_is_running() -> No
     report = await world.dispatch(two)
     assert (report.acknowledged, report.outcome) == (True, "skipped")
     [skipped] = world.of(ev.OccurrenceSkipped)
-    assert skipped.occurrence_id.endswith("2026-06-01T03:01:00Z")
+    assert skipped.occurrence_id.endswith("2027-01-15T03:01:00Z")
     assert len(world.runtime.requests) == 1
     # once the earlier one is terminal, the next occurrence runs
     world.runtime.script.pop(FIELD)
@@ -224,3 +224,28 @@ async def test_a_redelivered_occurrence_is_never_skipped_away() -> None:
     assert len(world.runtime.requests) == 3
     assert world.of(ev.OccurrenceSkipped) == []
     assert first in world.stream.pending
+
+
+async def test_an_occurrence_past_the_publish_if_new_window_is_dead_lettered() -> None:
+    """Issue 35.12 (a): a ``relay.schedule`` envelope a producer writes by hand (or
+    re-publishes) for a real firing runs like a published one (confirmed: nothing
+    but publish-if-new knows which occurrences were published). Past the 7-day
+    window its record is gone, so nothing can tell it from a copy: it is
+    dead-lettered whole, never run. Within the window one still runs (a genuine
+    occurrence may wait that long, e.g. for an unavailable function)."""
+    world = world_with(nightly())
+    week = schedule.DEDUP_TTL_S
+    old = AT - week  # 03:00 seven days and five hours before now: past the window
+    forged = schedule.encode(schedule.envelope("jobs", "jobs.nightly.handler", old))
+    report = await world.deliver(forged)
+    assert (report.acknowledged, report.outcome) == (True, "malformed")
+    assert world.runtime.requests == []
+    [(_, entry)] = world.dlq.entries
+    assert "older than the 7-day publish-if-new window" in entry.reason
+    assert entry.event == forged.decode()
+
+    recent = AT - week + 86400  # six days and five hours ago: inside the window, it runs
+    late = schedule.encode(schedule.envelope("jobs", "jobs.nightly.handler", recent))
+    report = await world.deliver(late)
+    assert (report.acknowledged, report.outcome) == (True, "completed")
+    assert len(world.runtime.requests) == 1

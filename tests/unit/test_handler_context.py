@@ -122,7 +122,7 @@ async def test_an_occurrence_passes_its_occurrence_id() -> None:
     world = World()
     nightly = {"handler": "jobs.nightly.handler", "cron": "0 3 * * *"}
     world.function("jobs", {"schedules": [nightly]})
-    at = int(datetime(2026, 6, 1, 3, 0, tzinfo=UTC).timestamp())
+    at = int(datetime(2027, 1, 15, 3, 0, tzinfo=UTC).timestamp())  # within a week of the clock
     entry = await world.publisher.publish(schedule.envelope("jobs", "jobs.nightly.handler", at))
     assert entry is not None
     [message] = await world.stream.read(1, 0)
@@ -131,7 +131,7 @@ async def test_an_occurrence_passes_its_occurrence_id() -> None:
     assert request.handler_context == HandlerContext(
         message_id=entry,
         attempt=1,
-        occurrence_id="schedule:jobs:jobs.nightly.handler:2026-06-01T03:00:00Z",
+        occurrence_id="schedule:jobs:jobs.nightly.handler:2027-01-15T03:00:00Z",
     )
 
 

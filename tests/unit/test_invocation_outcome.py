@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from relay.domain.dlq_event import (
+    EVENT_BASE64_MARK,
+    dlq_event_bytes,
+    dlq_event_text,
+    republishable,
+)
 from relay.domain.invocation import BackingOff, Exhausted, Marker, Ok, Running
 from relay.domain.outcome import (
     DLQ_FIELDS,
@@ -13,7 +19,9 @@ from relay.domain.outcome import (
     KeepPending,
     Malformed,
     MessageOutcome,
+    classify_failure,
     inspect_payload,
+    malformed,
     message_outcome,
     rfc3339,
 )
@@ -71,6 +79,45 @@ def test_the_size_cap_is_checked_before_decoding() -> None:
     assert "larger than MAX_EVENT_BYTES (1024)" in result.reason
     assert len(result.summary) < 400
     assert inspect_payload(b'{"a": "' + b"x" * 1000 + b'"}', 1024) == {"a": "x" * 1000}
+    assert not republishable(result.reason)
+    assert result.summary.endswith("... (2008 bytes, truncated)")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"{not json",
+        '{"caf\u00e9": 1'.encode(),
+        b"\xff\xfe\x00binary",
+        (EVENT_BASE64_MARK + "AAAA").encode(),  # text that looks like the mark is encoded too
+        b"",
+    ],
+)
+def test_the_dlq_event_text_gives_back_exactly_the_payload(raw: bytes) -> None:
+    text = dlq_event_text(raw)
+    assert text.startswith(EVENT_BASE64_MARK) == (text != raw.decode("utf-8", "replace"))
+    assert dlq_event_bytes(text) == raw
+
+
+def test_an_undecodable_payload_within_the_cap_is_kept_whole() -> None:
+    nested = b"[" * 1000 + b"]" * 1000 + b"\x00" * 20  # 2,020 bytes
+    result = classify_failure(RecursionError(), nested, 256 * 1024)
+    assert result.reason == "event could not be decoded or classified: nested too deeply"
+    assert dlq_event_bytes(result.summary) == nested
+    assert republishable(result.reason)
+    not_utf8 = inspect_payload(b"\xff" * 300, 1024)
+    assert isinstance(not_utf8, Malformed)
+    assert dlq_event_bytes(not_utf8.summary) == b"\xff" * 300
+    assert republishable(not_utf8.reason)
+
+
+def test_only_an_oversized_or_missing_payload_is_summarised() -> None:
+    assert malformed("invalid schedule occurrence: x", b"a" * 2000, 1024).summary.endswith(
+        "... (2000 bytes, truncated)"
+    )
+    missing = inspect_payload(None, 1024)
+    assert isinstance(missing, Malformed)
+    assert not republishable(missing.reason)
 
 
 def test_dlq_entry_fields_are_the_spec_flat_format() -> None:

@@ -30,7 +30,14 @@ def wall(r: ScheduleRule, instants: list[int]) -> list[str]:
 def test_identity_is_the_utc_instant_in_whole_seconds() -> None:
     t = at(2026, 3, 29, 1, 0, 0)
     assert schedule.occurrence_id("fn", "jobs.a", t) == "schedule:fn:jobs.a:2026-03-29T01:00:00Z"
-    assert schedule.dedup_key("schedule:fn:jobs.a:2026-03-29T01:00:00Z") == (
+    assert schedule.dedup_key("prod", "schedule:fn:jobs.a:2026-03-29T01:00:00Z") == (
+        "relay:occurrence:prod:schedule:fn:jobs.a:2026-03-29T01:00:00Z"
+    )
+    # the stream is encoded: its colons and glob characters never shape the key
+    assert schedule.dedup_key("a:b*", "schedule:fn:h:2026-03-29T01:00:00Z") == (
+        "relay:occurrence:a%3Ab%2A:schedule:fn:h:2026-03-29T01:00:00Z"
+    )
+    assert schedule.legacy_dedup_key("schedule:fn:jobs.a:2026-03-29T01:00:00Z") == (
         "relay:schedule:fn:jobs.a:2026-03-29T01:00:00Z"
     )
 

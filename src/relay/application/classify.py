@@ -18,7 +18,7 @@ from relay.application.occurrence_plan import (
 )
 from relay.application.registry import Catalog
 from relay.domain import schedule
-from relay.domain.outcome import Malformed, classify_failure, inspect_payload
+from relay.domain.outcome import Malformed, classify_failure, inspect_payload, malformed
 from relay.domain.rule_index import RuleMatch
 from relay.domain.schedule import InvalidOccurrence
 
@@ -47,10 +47,10 @@ def classify(
         if isinstance(decoded, Malformed):
             return decoded
         if schedule.is_occurrence(decoded):
-            plan = plan_occurrence(decoded, catalog)
+            plan = plan_occurrence(decoded, catalog, now)
             if isinstance(plan, InvalidOccurrence):
-                return Malformed(plan.reason, (payload or _EMPTY).decode("utf-8", "replace"))
+                return malformed(plan.reason, payload or _EMPTY, max_event_bytes)
             return plan
         return catalog.index.match(decoded, now)
     except Exception as exc:  # noqa: BLE001 - whatever breaks classification dead-letters it
-        return classify_failure(exc, payload or _EMPTY)
+        return classify_failure(exc, payload or _EMPTY, max_event_bytes)

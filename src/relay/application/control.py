@@ -44,6 +44,7 @@ class WorkerHealth:
         self._started = False
         self._failing: dict[str, str] = {}
         self._probes: dict[str, Callable[[], bool]] = {}
+        self._explained: dict[str, Callable[[], str | None]] = {}
 
     def mark_started(self) -> None:
         self._started = True
@@ -58,11 +59,19 @@ class WorkerHealth:
         """Ask ``healthy`` at each report (e.g. a loop's ``ConnectionHealth.healthy``)."""
         self._probes[check] = healthy
 
+    def explain(self, check: str, problem: Callable[[], str | None]) -> None:
+        """Ask ``problem`` at each report: ``None`` is healthy, else its line."""
+        self._explained[check] = problem
+
     def report(self) -> HealthReport:
         failing = dict(self._failing)
         for check, healthy in self._probes.items():
             if not healthy():
                 failing.setdefault(check, "unavailable (retrying)")
+        for check, problem in self._explained.items():
+            detail = problem()
+            if detail is not None:
+                failing.setdefault(check, detail)
         problems = [f"{check}: {detail}" for check, detail in sorted(failing.items())]
         if not self._started:
             problems.insert(0, "worker: still starting")

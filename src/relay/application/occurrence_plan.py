@@ -3,9 +3,11 @@
 An occurrence bypasses matching: its envelope names exactly the function and
 handler to run. Before it runs, it is checked against the catalog:
 
-- its envelope must be one Relay wrote (the id re-derives from its fields) and
-  its instant a real firing of the schedule's *current* cron, else it is
-  **invalid** and dead-lettered at once (someone wrote it by hand);
+- its envelope must be one Relay wrote (the id re-derives from its fields), its
+  instant a real firing of the schedule's *current* cron and no older than the
+  7-day publish-if-new window, else it is **invalid** and dead-lettered at once
+  (someone wrote it by hand, or re-published a past one: past the window nothing
+  tells it from a copy);
 - a function or schedule deliberately removed makes it **obsolete**:
   acknowledged, counted, logged, never run, never dead-lettered;
 - a function whose template cannot be read (or a catalog not loaded yet)
@@ -44,8 +46,15 @@ class OccurrenceGone(msgspec.Struct, frozen=True):
 OccurrencePlan = OccurrenceRun | OccurrenceWait | OccurrenceGone | InvalidOccurrence
 
 
-def plan_occurrence(event: Mapping[str, Any], catalog: Catalog) -> OccurrencePlan:
+def _envelope(event: Mapping[str, Any], now: float) -> Envelope | InvalidOccurrence:
     parsed = schedule.parse_occurrence(event)
+    if isinstance(parsed, InvalidOccurrence):
+        return parsed
+    return schedule.beyond_dedup_window(parsed, now) or parsed
+
+
+def plan_occurrence(event: Mapping[str, Any], catalog: Catalog, now: float) -> OccurrencePlan:
+    parsed = _envelope(event, now)
     if isinstance(parsed, InvalidOccurrence):
         return parsed
     fn = catalog.functions.get(parsed.function)

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import msgspec
 
+from relay.domain.dlq_event import MISSING_EVENT, OVERSIZED, SUMMARY_BYTES, dlq_event_text
 from relay.domain.invocation import Exhausted, Marker, Ok, Transition
 
 PLACEHOLDER: Final = "-"
@@ -87,11 +88,20 @@ def message_outcome(
 
 
 class Malformed(msgspec.Struct, frozen=True):
-    """A payload that can never succeed, with a short reason and a printable
-    summary for the DLQ (oversized payloads are summarised, never stored)."""
+    """A payload that can never succeed, with a short reason and the DLQ entry's
+    ``event`` text (:func:`dlq_event_text`: the whole payload when it is within
+    ``MAX_EVENT_BYTES``; an oversized payload only summarised, never stored)."""
 
     reason: str
     summary: str
+
+
+def _oversized(raw: bytes, max_bytes: int) -> Malformed:
+    head = raw[:SUMMARY_BYTES].decode("utf-8", "replace")
+    return Malformed(
+        f"event is {len(raw)} bytes, {OVERSIZED} ({max_bytes})",
+        f"{head}... ({len(raw)} bytes, truncated)",
+    )
 
 
 _decoder = msgspec.json.Decoder()
@@ -103,35 +113,38 @@ def inspect_payload(raw: bytes | None, max_bytes: int) -> dict[str, Any] | Malfo
     The size cap is checked before decoding, so a huge payload costs no parsing.
     """
     if raw is None:
-        return Malformed("missing event field", "")
+        return Malformed(MISSING_EVENT, "")
     if len(raw) > max_bytes:
-        return Malformed(
-            f"event is {len(raw)} bytes, larger than MAX_EVENT_BYTES ({max_bytes})",
-            raw[:256].decode("utf-8", "replace") + f"... ({len(raw)} bytes, truncated)",
-        )
+        return _oversized(raw, max_bytes)
     try:
-        text = raw.decode("utf-8")
+        raw.decode("utf-8")
     except UnicodeDecodeError:
-        return Malformed("event is not a UTF-8 string", raw.decode("utf-8", "replace"))
+        return Malformed("event is not a UTF-8 string", dlq_event_text(raw))
     try:
         value = _decoder.decode(raw)
     except msgspec.DecodeError as exc:
-        return Malformed(f"event is not valid JSON: {exc}", text)
+        return Malformed(f"event is not valid JSON: {exc}", dlq_event_text(raw))
     if not isinstance(value, dict):
-        return Malformed(f"event is a JSON {type(value).__name__}, not an object", text)
+        return Malformed(
+            f"event is a JSON {type(value).__name__}, not an object", dlq_event_text(raw)
+        )
     return value
 
 
-def classify_failure(exc: BaseException, raw: bytes) -> Malformed:
+def malformed(reason: str, raw: bytes, max_bytes: int) -> Malformed:
+    """A payload found malformed after decoding (an occurrence Relay did not write,
+    ...): the entry keeps it whole, or summarised when oversized."""
+    if len(raw) > max_bytes:
+        return Malformed(reason, _oversized(raw, max_bytes).summary)
+    return Malformed(reason, dlq_event_text(raw))
+
+
+def classify_failure(exc: BaseException, raw: bytes, max_bytes: int) -> Malformed:
     """An event whose decoding or matching raised (nested too deep for the
     decoder or the matcher, or anything unforeseen): it can never succeed either.
     Only the exception's type is named: its text may quote the payload."""
     kind = "nested too deeply" if isinstance(exc, RecursionError) else type(exc).__name__
-    return Malformed(
-        f"event could not be decoded or classified: {kind}",
-        raw[:256].decode("utf-8", "replace")
-        + (f"... ({len(raw)} bytes)" if len(raw) > 256 else ""),
-    )
+    return malformed(f"event could not be decoded or classified: {kind}", raw, max_bytes)
 
 
 # --- dead-letter entries -------------------------------------------------------------

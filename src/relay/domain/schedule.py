@@ -4,7 +4,9 @@ An *occurrence* is one firing of one schedule, identified by the absolute
 instant it is due (whole seconds, UTC), never by a wall-clock reading:
 ``schedule:<function>:<handler>:<scheduled_at>``. Every worker derives the same
 id for the same firing, so one atomic publish-if-new keeps it to one stream
-entry; the id's dedup key is ``relay:`` + the id.
+entry. The id's dedup key is scoped by the stream (:func:`dedup_key`), so two
+deployments on one Redis with the same function and handler names never
+suppress each other's occurrences.
 
 When a cron fires is croniter's iteration in the schedule's zone, and nothing
 else: :func:`firings` (what a worker publishes) and :func:`is_firing` (what a
@@ -27,6 +29,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
+from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 import msgspec
@@ -37,6 +40,7 @@ from relay.domain.template import ScheduleRule
 SOURCE: Final = "relay.schedule"
 DEDUP_TTL_S: Final = 7 * 86400
 ID_PREFIX: Final = "schedule:"
+DEDUP_PREFIX: Final = "relay:occurrence:"
 INSTANT_LENGTH: Final = len("2026-03-29T01:00:00Z")  # the end of every occurrence id
 _INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 # Bounds one evaluation: a every-second cron over a stalled minute is 60 firings.
@@ -93,8 +97,20 @@ def occurrence_id(function: str, handler: str, at_s: int) -> str:
     return schedule_prefix(function, handler) + instant(at_s)
 
 
-def dedup_key(occurrence: str) -> str:
-    """The publish-if-new key of an occurrence id: ``relay:schedule:...``."""
+def dedup_key(stream: str, occurrence: str) -> str:
+    """The publish-if-new key of an occurrence id on ``stream``:
+    ``relay:occurrence:<stream, percent-encoded>:schedule:...`` (the Redis key, and
+    the embedded broker's ``occurrences`` row id). Encoding the stream keeps its
+    ``:`` and glob characters out of the key's shape, so one ``SCAN`` pattern
+    selects one stream's keys."""
+    return f"{DEDUP_PREFIX}{quote(stream, safe='')}:{occurrence}"
+
+
+def legacy_dedup_key(occurrence: str) -> str:
+    """The key the previous layout wrote for every stream alike (``relay:`` + the
+    id; the embedded broker's row id was the bare id). Publish-if-new still honours
+    it, never writes it: an upgrade within its 7-day TTL never publishes an
+    occurrence the previous version already did."""
     return "relay:" + occurrence
 
 
@@ -162,6 +178,21 @@ def parse_occurrence(event: Mapping[str, Any]) -> Envelope | InvalidOccurrence:
             "invalid schedule occurrence: occurrence_id does not match its fields"
         )
     return Envelope(source=SOURCE, **values)
+
+
+def beyond_dedup_window(occurrence: Envelope, now_s: float) -> InvalidOccurrence | None:
+    """Why an occurrence due more than :data:`DEDUP_TTL_S` before ``now_s`` is not run:
+    its publish-if-new record has expired, so nothing can tell it from a copy written
+    by hand (or re-published), and running it would run a past occurrence again.
+    ``None`` within the window."""
+    at = parse_instant(occurrence.scheduled_at)
+    if at is None or now_s - at <= DEDUP_TTL_S:
+        return None
+    return InvalidOccurrence(
+        f"invalid schedule occurrence: {occurrence.scheduled_at} is older than the "
+        f"{DEDUP_TTL_S // 86400}-day publish-if-new window (a copy, or delivered too late "
+        "to tell from one): not run"
+    )
 
 
 # --- when a cron fires --------------------------------------------------------------

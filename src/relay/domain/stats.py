@@ -118,3 +118,32 @@ def zeroed(snapshot: StatsSnapshot) -> StatsSnapshot:
     totals.update(dict.fromkeys(GLOBAL_COUNTERS, 0))
     functions = {name: dict.fromkeys(FUNCTION_COUNTERS, 0) for name in snapshot.function_names()}
     return StatsSnapshot(totals=totals, functions=functions, updated_at=snapshot.updated_at)
+
+
+def combined(snapshots: list[StatsSnapshot]) -> StatsSnapshot:
+    """The stats of one host running several worker processes (``relay start
+    --processes N``): counters add up; the backlog gauges are one consumer group's,
+    sampled by each process, so the latest sample is kept, not the sum; each
+    ``last_*`` time is the latest."""
+    if len(snapshots) == 1:
+        return snapshots[0]
+    newest = max(snapshots, key=lambda s: s.updated_at or 0.0, default=StatsSnapshot())
+    totals = {key: sum(s.total(key) for s in snapshots) for key in GLOBAL_COUNTERS}
+    totals |= {key: newest.total(key) for key in BACKLOG_GAUGES}
+    functions: dict[str, dict[str, int]] = {}
+    timestamps: dict[str, dict[str, float]] = {}
+    for snapshot in snapshots:
+        for name in snapshot.function_names():
+            counts = functions.setdefault(name, {})
+            for key, value in snapshot.function(name).items():
+                counts[key] = counts.get(key, 0) + value
+            times = timestamps.setdefault(name, {})
+            for key, at in snapshot.last(name).items():
+                times[key] = max(at, times.get(key, at))
+    stamps = [s.updated_at for s in snapshots if s.updated_at is not None]
+    return StatsSnapshot(
+        totals=totals,
+        functions=functions,
+        updated_at=max(stamps) if stamps else None,
+        timestamps={k: v for k, v in timestamps.items() if v},
+    )

@@ -75,7 +75,21 @@ class Paths:
 
     @property
     def socket(self) -> Path:
-        return self.run_dir / "relay.sock"
+        """The worker's control socket: a lone worker's, or under ``relay start
+        --processes N`` (one run directory ``<run_dir>/<i>`` per process) the first
+        process's."""
+        own = self.run_dir / "relay.sock"
+        first = self.run_dir / "0" / "relay.sock"
+        return first if not own.exists() and first.exists() else own
+
+    @property
+    def sockets(self) -> list[Path]:
+        """Every worker's control socket here: the lone worker's, or one per process."""
+        own = self.run_dir / "relay.sock"
+        if own.exists():
+            return [own]
+        found = [p for p in self.run_dir.glob("*/relay.sock") if p.parent.name.isdigit()]
+        return sorted(found, key=lambda p: int(p.parent.name)) or [own]
 
     @property
     def direct_dir(self) -> Path:
@@ -145,6 +159,10 @@ class Settings:
     hostname: str = ""
     paths: Paths = field(default_factory=Paths)
     recovery: RecoverySettings = field(default_factory=RecoverySettings)
+    process: int = 0
+    """``RELAY_PROCESS_INDEX``, set by ``relay start --processes N`` for its children:
+    0 for a lone worker and the first child (it alone converges services and keeps
+    the state database's stats), 1..N-1 for the others."""
 
 
 class _Collector:
@@ -244,6 +262,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         ),
         hostname=c.raw("RELAY_HOSTNAME") or socket.gethostname(),
         paths=load_paths(env),
+        process=c.parse("RELAY_PROCESS_INDEX", int, 0, "a whole number (set by --processes)"),
         recovery=RecoverySettings(
             interval_s=c.parse(
                 "RELAY_TEST_RECOVERY_INTERVAL", positive_duration, 60 * 10**9, _TEST_ONLY

@@ -2,7 +2,9 @@
 
 Order matters and is written down here once:
 
-1. configuration (exit 1 with one line per invalid variable) and logging;
+1. configuration (exit 1 with one line per invalid variable), then something to
+   serve (a readable functions directory or a git source, else exit 1 with one
+   line: :mod:`relay.entrypoints.serving`), and logging;
 2. the process lock under the run directory (a second worker fails here, before
    it can touch the first one's socket);
 3. the composition root builds everything: Redis and the consumer group, Docker,
@@ -34,6 +36,8 @@ from relay.bootstrap import Worker, build_worker
 from relay.domain.errors import ConfigError, RelayError
 from relay.entrypoints.config import Settings, load_settings
 from relay.entrypoints.logging import configure_logging
+from relay.entrypoints.serving import require_something_to_serve
+from relay.entrypoints.supervisor import follow_supervisor, supervise
 
 log = structlog.get_logger("relay.daemon")
 
@@ -41,15 +45,24 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 
 
-def main(env: Mapping[str, str], functions_dir: Path) -> int:
-    """Run the worker until signalled; return the process exit code."""
+def main(env: Mapping[str, str], functions_dir: Path, *, processes: int = 1) -> int:
+    """Run the worker (or, with ``processes`` > 1, supervise that many) until
+    signalled; return the process exit code."""
+    follow_supervisor(env)
     try:
         settings = load_settings(env)
+        require_something_to_serve(functions_dir, settings.paths.state_dir)
     except ConfigError as exc:
         for line in str(exc).splitlines():
             sys.stderr.write(f"relay: {line}\n")
         return EXIT_FAILURE
     configure_logging(settings.log_level)
+    if processes > 1:
+        try:
+            return supervise(env, settings, functions_dir, processes)
+        except RelayError as exc:
+            _say(f"relay: {exc}")
+            return EXIT_FAILURE
     try:
         anyio.run(run, settings, functions_dir, backend_options=loop_options())
     except RelayError as exc:

@@ -1,10 +1,11 @@
 """Schedule occurrences on Redis: publish-if-new, the overlap question, history.
 
 Publishing is one Lua script (``lua/publish_occurrence.lua``): the dedup key
-``relay:schedule:<function>:<handler>:<scheduled_at>`` (7-day TTL) and the stream
-entry are written together or not at all. It runs through redis-py's own
-``EVALSHA`` (a few calls a second at most, so not worth the ledger's pipelined
-channel).
+``relay:occurrence:<stream>:schedule:<function>:<handler>:<scheduled_at>`` (7-day
+TTL) and the stream entry are written together or not at all; a key of the
+previous, unscoped layout (``relay:schedule:...``) still counts as published. It
+runs through redis-py's own ``EVALSHA`` (a few calls a second at most, so not
+worth the ledger's pipelined channel).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from relay.domain.schedule import (
     Envelope,
     dedup_key,
     encode,
+    legacy_dedup_key,
     occurrence_id_in,
 )
 
@@ -53,7 +55,8 @@ class RedisOccurrencePublisher:
         self._script = client.register_script(_source())
 
     async def publish(self, occurrence: Envelope) -> str | None:
-        keys = [dedup_key(occurrence.occurrence_id), self._stream]
+        oid = occurrence.occurrence_id
+        keys = [dedup_key(self._stream, oid), self._stream, legacy_dedup_key(oid)]
         with translated("schedule publish"):
             added = await self._script(keys=keys, args=[encode(occurrence), self._ttl])
         return None if added is None else _text(added)
@@ -114,17 +117,21 @@ def _envelope_prefix_matches(fields: dict[Any, Any], prefix: str) -> bool:
     return found is not None and found.startswith(prefix)
 
 
-async def latest_published(client: Redis, prefixes: Collection[str]) -> dict[str, str]:
+async def latest_published(
+    client: Redis, stream: str, prefixes: Collection[str]
+) -> dict[str, str]:
     """For each schedule prefix (:func:`relay.domain.schedule.schedule_prefix`), its
-    latest occurrence id still remembered by a dedup key: one ``SCAN`` over
-    ``relay:schedule:*`` (read-only, for ``relay schedule ls``)."""
+    latest occurrence id on ``stream`` still remembered by a dedup key: one ``SCAN``
+    over the stream's keys, one over the previous layout's (read-only, for
+    ``relay schedule ls``)."""
     wanted = set(prefixes)
     latest: dict[str, str] = {}
     with translated("SCAN"):
-        async for key in client.scan_iter(match=dedup_key(ID_PREFIX) + "*", count=1000):
-            occurrence = _text(key).removeprefix("relay:")
-            prefix = occurrence[: -INSTANT_LENGTH]
-            # RFC 3339 UTC in whole seconds sorts as text
-            if prefix in wanted and occurrence > latest.get(prefix, ""):
-                latest[prefix] = occurrence
+        for head in (dedup_key(stream, ""), legacy_dedup_key("")):
+            async for key in client.scan_iter(match=head + ID_PREFIX + "*", count=1000):
+                occurrence = _text(key).removeprefix(head)
+                prefix = occurrence[: -INSTANT_LENGTH]
+                # RFC 3339 UTC in whole seconds sorts as text
+                if prefix in wanted and occurrence > latest.get(prefix, ""):
+                    latest[prefix] = occurrence
     return latest

@@ -165,6 +165,22 @@ def _decode(raw: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+PROCESSES_DIR = "processes"  # under the state directory: one stats file per extra process
+
+
+def process_stats_path(state_dir: Path, process: int) -> Path:
+    """The stats file of process ``process`` (1..N-1) of ``relay start --processes N``."""
+    return state_dir / PROCESSES_DIR / f"{process}.sqlite3"
+
+
+def process_stats_paths(state_dir: Path) -> list[Path]:
+    """Every such file there is (``relay stats`` adds them to the state database's)."""
+    folder = state_dir / PROCESSES_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(folder.glob("*.sqlite3"))
+
+
 def open_db(path: Path) -> StateDatabase:
     """Open (creating the parent directory, the file and the schema) in WAL mode.
 

@@ -4,9 +4,11 @@
 ``--oldest-first`` reverses it);
 ``inspect`` shows one entry and its original event; ``rm`` deletes exactly one
 entry; ``replay`` re-runs the entry's recorded handler on the running worker and
-the entry is deleted only once that handler succeeded. ``ls``, ``rm`` and
-``replay`` also take the selection flags (:mod:`relay.entrypoints.cli.dlq_select`):
-bulk ``rm`` asks before deleting unless ``--yes``; bulk ``replay`` needs
+the entry is deleted only once that handler succeeded (a malformed message's
+entry names no handler: its kept payload is published again, see
+:mod:`relay.entrypoints.cli.dlq_republish`). ``ls``, ``rm`` and ``replay`` also
+take the selection flags (:mod:`relay.entrypoints.cli.dlq_select`): bulk ``rm``
+asks before deleting unless ``--yes``; bulk ``replay`` needs
 ``--function`` and is paced by ``--rate`` (:mod:`relay.entrypoints.cli.dlq_bulk_replay`).
 ``ls --json`` and ``inspect --json`` print ``relay.dlq.ls/1`` / ``relay.dlq.inspect/1``.
 
@@ -36,6 +38,7 @@ from relay.entrypoints.cli.brokers import (
 )
 from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
 from relay.entrypoints.cli.dlq_bulk_replay import REPLAY_TIMEOUT_S, replay_selection
+from relay.entrypoints.cli.dlq_republish import republish_malformed
 from relay.entrypoints.cli.dlq_select import (
     FunctionOpt,
     HandlerOpt,
@@ -232,7 +235,8 @@ def replay(
     ),
 ) -> None:
     """Re-run one entry's (or a selection's) exact handler on the running worker;
-    each entry is deleted only after its replay succeeded."""
+    each entry is deleted only after its replay succeeded. A malformed message's
+    entry is published to the stream again, byte for byte."""
     flags = (function, handler, since, until, reason, limit)
     if entry_id is None:
         replay_selection(
@@ -258,10 +262,8 @@ def _replay_one(entry_id: str) -> None:
     settings = _settings(need_group=True)
     entry = _with_reader(settings, lambda reader: reader.get(entry_id))
     if not entry.replayable:
-        fail(
-            f"entry {entry.id} records a malformed message, not a handler failure: "
-            f"there is no handler to replay (remove it with 'relay dlq rm {entry.id}')"
-        )
+        republish_malformed(settings, entry)
+        return
     socket_path = load_paths(os.environ).socket
     try:
         request(socket_path, "dlq_replay", entry_id=entry.id, timeout=REPLAY_TIMEOUT_S)

@@ -2,8 +2,9 @@
 
 The schedules come from the state database (what the worker loaded); the last
 published occurrence of each is read from the broker's publish-if-new records,
-kept 7 days: Redis's dedup keys
-(``relay:schedule:<function>:<handler>:<scheduled_at>``), or with
+kept 7 days: Redis's dedup keys of ``REDIS_STREAM``
+(``relay:occurrence:<stream>:schedule:<function>:<handler>:<scheduled_at>``, and the
+previous layout's unscoped ``relay:schedule:...``), or with
 ``RELAY_BROKER=sqlite`` the broker file's ``occurrences`` table. An unreachable
 broker shows ``unknown`` there and one line says why; the rest still prints.
 Read-only.
@@ -94,19 +95,19 @@ def _schedules() -> list[tuple[str, Mapping[str, Any]]]:
 
 
 async def _latest(prefixes: Sequence[str]) -> dict[str, str]:
-    # the dedup records are not per stream: only the server (or the file) is needed
-    broker, settings = load_broker_settings(os.environ, need_stream=False, need_group=False)
+    # the dedup records are per stream (REDIS_STREAM; on the embedded broker its default)
+    broker, settings = load_broker_settings(os.environ, need_stream=True, need_group=False)
     # each broker's reader imported on its own path: `relay schedule --help` needs neither
     if broker.embedded:
         from relay.adapters.sqlite.broker import schedules as sqlite_schedules
 
         async with open_store(broker, create=False) as store:
-            return await sqlite_schedules.latest_published(store, prefixes)
+            return await sqlite_schedules.latest_published(store, settings.stream, prefixes)
     from relay.adapters.redis.schedules import latest_published
 
     redis = redis_client(settings.url)
     try:
-        return await latest_published(redis, prefixes)
+        return await latest_published(redis, settings.stream, prefixes)
     finally:
         await redis.aclose()
 

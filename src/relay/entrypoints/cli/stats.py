@@ -16,15 +16,15 @@ from pathlib import Path
 import typer
 
 from relay.adapters.control.client import WorkerUnavailable, request
-from relay.adapters.sqlite.db import open_db, open_db_readonly, rfc3339
+from relay.adapters.sqlite.db import open_db, open_db_readonly, process_stats_paths, rfc3339
 from relay.adapters.sqlite.stats_store import read_stats, reset_stats
 from relay.domain.durations import format_age
 from relay.domain.errors import RelayError
-from relay.domain.stats import GLOBAL_KEYS, StatsSnapshot
+from relay.domain.stats import GLOBAL_KEYS, StatsSnapshot, combined
 from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
 from relay.entrypoints.cli.fn_catalog import age
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
-from relay.entrypoints.config import load_paths
+from relay.entrypoints.config import Paths, load_paths
 
 app = typer.Typer(help="Show or reset operational statistics.", invoke_without_command=True)
 
@@ -48,12 +48,8 @@ def show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         if as_json:  # `relay stats --json reset`: reset prints no document
             fail("--json applies to `relay stats`, not to `relay stats reset`", EXIT_USAGE)
         return
-    path = load_paths(os.environ).database
-    try:
-        db = open_db_readonly(path)
-        snapshot = StatsSnapshot() if db is None else read_stats(db)
-    except sqlite3.Error as exc:
-        fail(f"cannot read the state database {path}: {exc}")
+    paths = load_paths(os.environ)
+    snapshot = combined([_read(path) for path in _stats_files(paths)])
     if as_json:
         emit_json("stats", stats_document(snapshot))
         return
@@ -66,12 +62,33 @@ def reset() -> None:
     """Zero the persisted cumulative statistics."""
     paths = load_paths(os.environ)
     try:
-        request(paths.socket, "reset_stats")
+        for socket in paths.sockets:  # each process of `relay start --processes N`
+            request(socket, "reset_stats")
     except WorkerUnavailable:
-        _reset_offline(paths.database)
+        for path in _stats_files(paths):
+            _reset_offline(path)
     except RelayError as exc:
         fail(str(exc))
     out("Statistics reset")
+
+
+def _stats_files(paths: Paths) -> list[Path]:
+    """The state database's stats, and one file per extra process of ``relay start
+    --processes N`` (``relay stats`` adds them up)."""
+    return [paths.database, *process_stats_paths(paths.state_dir)]
+
+
+def _read(path: Path) -> StatsSnapshot:
+    try:
+        db = open_db_readonly(path)
+        if db is None:
+            return StatsSnapshot()
+        try:
+            return read_stats(db)
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        fail(f"cannot read the state database {path}: {exc}")
 
 
 def _reset_offline(path: Path) -> None:

@@ -30,6 +30,15 @@ def start(
         bool,
         typer.Option("--embedded", help="Use the embedded SQLite broker (RELAY_BROKER=sqlite)."),
     ] = False,
+    processes: Annotated[
+        int,
+        typer.Option(
+            "--processes",
+            min=1,
+            metavar="N",
+            help="Run N worker processes sharing the group or broker file (default 1).",
+        ),
+    ] = 1,
 ) -> None:
     """Consume events, build and run functions, reconcile live; blocks until signalled."""
     from relay.entrypoints.daemon import main as daemon_main  # heavy imports only here
@@ -37,7 +46,7 @@ def start(
     env = dict(os.environ)
     if embedded:
         env["RELAY_BROKER"] = "sqlite"
-    raise typer.Exit(daemon_main(env, functions))
+    raise typer.Exit(daemon_main(env, functions, processes=processes))
 
 
 def health(as_json: JsonFlag = False) -> None:
@@ -47,8 +56,16 @@ def health(as_json: JsonFlag = False) -> None:
     from relay.entrypoints.health import check_health
 
     problem = anyio.run(check_health, dict(os.environ))
-    # When a worker runs here, it must also report itself ready.
-    problem = problem or fetch_health(load_paths(os.environ).socket)
+    # When a worker runs here, it must also report itself ready: each process of
+    # `relay start --processes N` (one socket per process), the first failing named.
+    sockets = load_paths(os.environ).sockets
+    for socket in sockets:
+        if problem is not None:
+            break
+        found = fetch_health(socket)
+        if found is not None and len(sockets) > 1:
+            found = f"process {socket.parent.name}: {found}"
+        problem = found
     if as_json:
         from relay.entrypoints.cli.git import health_git
 

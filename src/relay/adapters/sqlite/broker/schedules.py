@@ -2,9 +2,12 @@
 question, and the history ``relay schedule ls`` reads.
 
 Publishing is one step of the writer thread, so one ``BEGIN IMMEDIATE``
-transaction: the occurrence's row in ``occurrences`` (its id, the job's message
-id, an expiry 7 days on, as the Redis dedup key's TTL) and its job are committed
-together or not at all. ``BEGIN IMMEDIATE`` takes the file's write lock, so a
+transaction: the occurrence's row in ``occurrences`` (its id is the stream-scoped
+dedup key, :func:`relay.domain.schedule.dedup_key`; the job's message id; an
+expiry 7 days on, as the Redis dedup key's TTL) and its job are committed
+together or not at all. A live row of the previous layout (the bare occurrence
+id, for every stream alike) still counts as published, so an upgrade never
+publishes an occurrence twice. ``BEGIN IMMEDIATE`` takes the file's write lock, so a
 second worker sharing the file, or a worker restarted at the same second, finds
 the row and publishes nothing: every occurrence is one job.
 
@@ -27,6 +30,7 @@ from relay.domain.schedule import (
     DEDUP_TTL_S,
     INSTANT_LENGTH,
     Envelope,
+    dedup_key,
     encode,
     occurrence_id_in,
 )
@@ -49,22 +53,25 @@ def publish_if_new(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     payload: bytes,
     ttl_s: int,
 ) -> str | None:
-    """The step: unless ``occurrence_id`` has a live row, record it and enqueue the
-    job (``normal`` priority); the job's message id, or ``None``."""
+    """The step: unless ``occurrence_id`` has a live row on ``stream`` (or one of the
+    previous layout), record it and enqueue the job (``normal`` priority); the
+    job's message id, or ``None``."""
     conn.execute(
         "DELETE FROM occurrences WHERE id IN (SELECT id FROM occurrences"
         " WHERE expires_ms <= ? LIMIT ?)",
         (now_ms, EXPIRED_BATCH),
     )
+    key = dedup_key(stream, occurrence_id)
     live = conn.execute(
-        "SELECT 1 FROM occurrences WHERE id = ? AND expires_ms > ?", (occurrence_id, now_ms)
+        "SELECT 1 FROM occurrences WHERE id IN (?, ?) AND expires_ms > ?",
+        (key, occurrence_id, now_ms),
     ).fetchone()
     if live:
         return None
     message_id = jobs.publish(conn, now_ms, stream, payload, priority_class(None))
     conn.execute(  # REPLACE: an expired row the batched delete has not reached yet
         "INSERT OR REPLACE INTO occurrences (id, message_id, expires_ms) VALUES (?, ?, ?)",
-        (occurrence_id, message_id, now_ms + ttl_s * 1000),
+        (key, message_id, now_ms + ttl_s * 1000),
     )
     return message_id
 
@@ -145,22 +152,31 @@ def _envelope_prefix_matches(payload: bytes | None, prefix: str) -> bool:
     return found is not None and found.startswith(prefix)
 
 
-async def latest_published(store: BrokerStore, prefixes: Collection[str]) -> dict[str, str]:
-    """For each schedule prefix, its latest occurrence id still remembered (a live
-    row): one index range per prefix (read-only, for ``relay schedule ls``)."""
+async def latest_published(
+    store: BrokerStore, stream: str, prefixes: Collection[str]
+) -> dict[str, str]:
+    """For each schedule prefix, its latest occurrence id on ``stream`` still
+    remembered (a live row of this layout or the previous one): index ranges
+    only (read-only, for ``relay schedule ls``)."""
     wanted = sorted(set(prefixes))
     now_ms = store.now_ms()
+    head = dedup_key(stream, "")
+
+    def newest(c: sqlite3.Connection, start: str) -> str | None:
+        row = c.execute(
+            "SELECT max(id) FROM occurrences WHERE id >= ? AND id < ?"
+            " AND length(id) = ? AND expires_ms > ?",
+            (start, start + _TOP, len(start) + INSTANT_LENGTH, now_ms),
+        ).fetchone()
+        return str(row[0]) if row and row[0] else None
 
     def query(c: sqlite3.Connection) -> dict[str, str]:
         latest: dict[str, str] = {}
         for prefix in wanted:
-            row = c.execute(
-                "SELECT max(id) FROM occurrences WHERE id >= ? AND id < ?"
-                " AND length(id) = ? AND expires_ms > ?",
-                (prefix, prefix + _TOP, len(prefix) + INSTANT_LENGTH, now_ms),
-            ).fetchone()
-            if row and row[0]:
-                latest[prefix] = str(row[0])
+            scoped = newest(c, head + prefix)
+            found = [f for f in (scoped and scoped[len(head) :], newest(c, prefix)) if f]
+            if found:
+                latest[prefix] = max(found)  # RFC 3339 UTC in whole seconds sorts as text
         return latest
 
     return await store.read(query)
