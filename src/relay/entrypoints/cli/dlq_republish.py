@@ -10,17 +10,18 @@ is deleted only after that append returned its new message id.
 
 from __future__ import annotations
 
-import anyio
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from typing import TYPE_CHECKING
 
-from relay.adapters.redis.dlq_reader import StoredDeadLetter
-from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
+import anyio
+
 from relay.domain.dlq_event import dlq_event_bytes, republishable
 from relay.domain.errors import DependencyUnavailable, RelayError
-from relay.entrypoints.cli.brokers import open_store, with_dead_letters
+from relay.entrypoints.cli.brokers import open_store, redis_client, with_dead_letters
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import BrokerSettings, RedisSettings
+
+if TYPE_CHECKING:  # a type only: `relay dlq --help` imports no broker client
+    from relay.adapters.redis.dlq_reader import StoredDeadLetter
 
 __all__ = ["republish_malformed"]
 
@@ -54,11 +55,16 @@ async def _append(
     settings: tuple[BrokerSettings, RedisSettings], stream: str, payload: bytes
 ) -> str:
     broker, redis_settings = settings
+    # each broker's client imported on its own path only (start-up stays light)
     if broker.embedded:
+        from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
+
         async with open_store(broker, create=False) as store:
             (new_id,) = await SqliteEventPublisher(store, stream).publish([(payload, None)])
             return new_id
-    redis = Redis.from_url(redis_settings.url, socket_connect_timeout=5, socket_timeout=10)
+    from redis.exceptions import RedisError
+
+    redis = redis_client(redis_settings.url)
     try:
         added = await redis.xadd(stream, {"event": payload})
     except (RedisError, OSError) as exc:
