@@ -738,3 +738,23 @@ class InMemoryServiceContainers:
             for c in self.containers.values()
             if c.running and (identity is None or c.labels.get("relay.identity") == identity)
         ]
+
+
+def one_by_one(
+    dispatch: Callable[[StreamMessage], Awaitable[object]],
+) -> Callable[[Sequence[StreamMessage], Callable[[str], None]], Awaitable[None]]:
+    """A per-message dispatch as the loops' batch dispatch: each message of a batch
+    in its own task, its end told as it happens (tests of the loops alone)."""
+
+    async def batch(messages: Sequence[StreamMessage], done: Callable[[str], None]) -> None:
+        async def one(message: StreamMessage) -> None:
+            try:
+                await dispatch(message)
+            finally:
+                done(message.id)
+
+        async with anyio.create_task_group() as tg:
+            for message in messages:
+                tg.start_soon(one, message)
+
+    return batch
