@@ -391,7 +391,10 @@ def _add_loops(
         await bus.send(cmd.ReconcileAll())
 
     stream = broker.stream
-    consumer = ConsumerLoop(stream, dispatch, buffer, read_max=settings.max_concurrency)
+    # A read is one batch: at most the slots that can run it, or half the buffer
+    # when that is more (the loop reads again once half the buffer is free).
+    read_max = max(settings.max_concurrency, settings.max_buffered_events // 2)
+    consumer = ConsumerLoop(stream, dispatch, buffer, read_max=read_max)
     recovery = RecoveryLoop(
         stream,
         dispatch,

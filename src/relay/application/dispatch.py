@@ -139,9 +139,11 @@ class MessageDispatcher:
             if len(running) == 1:
                 await self._attempt(running[0])
             elif running:
+                # one task per delivery beyond the first, which runs in this one
                 async with anyio.create_task_group() as tg:
-                    for d in running:
+                    for d in running[1:]:
                         tg.start_soon(self._attempt, d)
+                    await self._attempt(running[0])
         await batch.wait()
         return [r for r in batch.reports if r is not None]
 

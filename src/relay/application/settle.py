@@ -21,7 +21,9 @@ after its first request joined, whichever comes first. The bounds:
 
 The group's timer is the sleep of the task whose finish opened the group (one
 timer per group, no task of the settler's own); a cancelled sleep (shutdown)
-flushes at once, shielded and bounded, so results that ran are recorded.
+flushes at once, shielded and bounded, so results that ran are recorded. Every
+delivery of a flushed group ends, whatever the call's fate (a failed or
+cancelled call ends them as not recorded: they stay pending).
 """
 
 from __future__ import annotations
@@ -101,10 +103,14 @@ class Settler:
         self._timer = True
         try:
             await anyio.sleep(self._group_wait_s)
-        finally:
+        except BaseException:
+            # cancelled (shutdown): what ran is recorded before the task ends
             self._timer = False
             with anyio.CancelScope(shield=True, deadline=anyio.current_time() + CLEANUP_S):
                 await self._flush()
+            raise
+        self._timer = False
+        await self._flush()
 
     async def now(self, d: Delivery, runs: list[Run]) -> None:
         """Settle at once, shielded and bounded (a cancelled delivery's way out)."""
@@ -116,7 +122,7 @@ class Settler:
         group, self._open = self._open, []
         if not group:
             return
-        settled: list[Settlement] | list[None]
+        settled: list[Settlement] | list[None] = [None] * len(group)
         try:
             settled = await self._ledger.finish_many([f.request for f in group])
         except DependencyUnavailable as exc:
@@ -127,12 +133,13 @@ class Settler:
                     LedgerUnavailable(message_id=f.delivery.message_id, call="finish",
                                       error=str(exc))
                 )
-            settled = [None] * len(group)
         except Exception:  # noqa: BLE001 - an adapter bug: the messages stay pending
             _log.exception("finish_failed", count=len(group))
-            settled = [None] * len(group)
-        for f, settlement in zip(group, settled, strict=True):
-            self._settled(f.delivery, f.runs, settlement)
+        finally:
+            # Every delivery of the group ends here, even when the call was cancelled
+            # (then as not recorded): a batch waits for each of its deliveries.
+            for f, settlement in zip(group, settled, strict=True):
+                self._settled(f.delivery, f.runs, settlement)
 
     def _settled(self, d: Delivery, runs: list[Run], settled: Settlement | None) -> None:
         if settled is None:
