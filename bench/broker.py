@@ -50,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,8 +236,10 @@ class Bench:
         buffer = MessageBuffer(concurrency)
         leased_at: dict[str, float] = {}
 
-        async def dispatch(message: StreamMessage) -> None:
-            await self.handle(stream, message.id, leased_at.pop(message.id))
+        async def dispatch(messages: Sequence[StreamMessage], done: Callable[[str], None]) -> None:
+            for message in messages:
+                await self.handle(stream, message.id, leased_at.pop(message.id))
+                done(message.id)
 
         async with anyio.create_task_group() as tg:
             workers = Dispatchers(tg, dispatch, buffer)
@@ -251,7 +254,7 @@ class Bench:
                     for message in got:
                         if places.take(message.id):
                             leased_at[message.id] = now
-                            workers.hand(message)
+                            workers.hand([message])  # one job a task, as before
             workers.close()
 
     async def run(self, workers: int, concurrency: int, total: int) -> None:

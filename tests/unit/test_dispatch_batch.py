@@ -155,3 +155,32 @@ async def test_a_cancelled_batch_records_what_ran_and_releases_what_did_not() ->
     # the one cancelled mid-run went back to its marker: no attempt charged
     assert FIELD not in world.ledger.hashes[messages[0].id]
     assert [e.reason for e in world.of(ev.InvocationDeferred)] == ["shutdown"]
+
+
+async def test_a_cancelled_batch_settles_a_member_running_in_its_own_task() -> None:
+    """As above with the slow member not the batch's first (it runs in a task of
+    its own, which the batch's cancellation reaches too)."""
+    world = World()
+    world.function("users", {**USERS, "concurrency": 4})
+    started = anyio.Event()
+
+    async def handler(request: InvocationRequest) -> InvocationResult:
+        if b'"id": 2' in request.event:
+            started.set()
+            await anyio.sleep_forever()
+        return InvocationResult(ok=True)
+
+    world.runtime.script[FIELD] = handler
+    for n in range(3):
+        world.stream.add(insert(n))
+    messages = await world.stream.read(3, 0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(world.dispatch_batch, messages)
+        await started.wait()
+        with anyio.fail_after(5):
+            while len(world.stream.pending) > 1:  # noqa: ASYNC110 - the fake's dict
+                await anyio.sleep(0.001)
+        tg.cancel_scope.cancel()
+    assert set(world.stream.pending) == {messages[2].id}
+    assert FIELD not in world.ledger.hashes[messages[2].id]  # released: no attempt charged
+    assert [e.reason for e in world.of(ev.InvocationDeferred)] == ["shutdown"]
