@@ -184,9 +184,10 @@ class MessageDispatcher:
 
     async def _attempt_all(self, running: list[Delivery]) -> None:
         """The deliveries' attempts concurrently: the first in this task, each other
-        in a plain asyncio task (an anyio task group's spawn cost a third of the
-        worker's own CPU per event). This task waits for them all; when it is
-        cancelled it cancels them, and each settles what ran before it ends."""
+        in a plain asyncio task (an anyio task group's spawn was over half the
+        dispatcher's own CPU per event, bench/dispatch_cpu.py). This task waits
+        for them all; when it is cancelled it cancels them, and each settles what
+        ran before it ends."""
         loop = asyncio.get_running_loop()
         others = [loop.create_task(self._attempt(d)) for d in running[1:]]
         try:
