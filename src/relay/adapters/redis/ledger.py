@@ -2,8 +2,9 @@
 
 The scripts carry out :mod:`relay.domain.ledger_rules` (the one specification;
 a property test runs both on the same random cases). Three carry a message from
-delivery to acknowledgment, so a handled event costs two ledger round trips (plus
-its share of one batched ``XREADGROUP``):
+delivery to acknowledgment; the worker sends them batched (``begin_many`` for a
+read batch, ``finish_many`` for a settle group, below), so a handled event costs
+a share of two script calls and of one ``XREADGROUP``:
 
 - ``begin``: classify once (``HSETNX @class``), claim every eligible invocation
   with the delivery's random token and a deadline on the server clock, and, when
@@ -270,7 +271,8 @@ class RedisInvocationLedger:
 
 # Arguments are packed into a few strings (unit separator between fields, record
 # separator between records): encoding a command costs per argument, and a
-# handled event sends two script calls. Names never contain these control bytes.
+# handled event sends its share of two script calls. Names never contain these
+# control bytes.
 _FS = "\x1f"
 _RS = "\x1e"
 
