@@ -10,7 +10,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from relay.application.buffer import MessageBuffer
-from relay.application.consumer import ConnectionHealth, ConsumerLoop, RecoveryLoop
+from relay.application.consumer import (
+    ConnectionHealth,
+    ConsumerLoop,
+    RecoveryLoop,
+    _dispatch_batch,
+)
 from relay.domain import events as ev
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import StreamMessage
@@ -331,3 +336,24 @@ async def test_recovery_gets_places_while_the_consumer_idles_on_a_quiet_stream()
         await wait_for(lambda: len(seen) == 2)
         tg.cancel_scope.cancel()
     assert sorted(seen) == sorted(idle)
+
+
+async def test_a_place_a_batch_freed_and_that_was_taken_again_stays_held() -> None:
+    """A batch ends each message's place as its dispatch ends; the recovery loop
+    may hold the same message again meanwhile (reclaimed), and the batch's own end
+    must not free that new holding."""
+    buffer = MessageBuffer(4)
+    first, second = StreamMessage(id="1-0", payload=b"{}"), StreamMessage(id="2-0", payload=b"{}")
+    with buffer.reserve(2) as places:
+        assert places.take(first.id)
+        assert places.take(second.id)
+
+    async def dispatch(messages: Sequence[StreamMessage], done: Callable[[str], None]) -> None:
+        done(first.id)
+        assert buffer.take(first.id)  # reclaimed and held again, for another dispatch
+        raise RuntimeError("the rest of the batch failed")
+
+    with capture_logs():
+        await _dispatch_batch(dispatch, buffer, [first, second])
+    assert buffer.occupancy == 1  # the new holding of the first; the second is freed
+    assert not buffer.take(first.id)

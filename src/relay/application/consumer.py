@@ -122,13 +122,22 @@ class ConnectionHealth:
 async def _dispatch_batch(
     dispatch: Dispatch, buffer: MessageBuffer, messages: Sequence[StreamMessage]
 ) -> None:
+    open_ids = {m.id for m in messages}
+
+    def done(message_id: str) -> None:
+        if message_id in open_ids:
+            open_ids.discard(message_id)
+            buffer.release(message_id)
+
     try:
-        await dispatch(messages, buffer.release)
+        await dispatch(messages, done)
     except Exception:  # noqa: BLE001 - one batch's failure never stops the loop; it stays pending
         _log.exception("dispatch_failed", message_ids=[m.id for m in messages][:10])
     finally:
-        for message in messages:
-            buffer.release(message.id)
+        # Only what the dispatch did not end: a place it freed may hold the same
+        # message again by now (reclaimed), for another dispatch.
+        for message_id in open_ids:
+            buffer.release(message_id)
 
 
 class Dispatchers:
