@@ -22,7 +22,7 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from relay.application.consumer import ConsumerLoop
 from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher
 from relay.application.registry import ActiveFunction, FunctionRegistry
-from relay.domain.commands import DispatchMessage
+from relay.domain.commands import DispatchBatch
 from relay.domain.execution import InvocationRequest, InvocationResult
 from relay.domain.invocation import invocation_field
 from relay.domain.outcome import (
@@ -102,6 +102,14 @@ class ReadyStream:
         return None
 
 
+def _claimed(request: BeginRequest) -> BeginResult:
+    statuses = tuple(
+        ClaimStatus(field=c.field, status=CLAIMED, attempt=1, until_ms=0, previous="")
+        for c in request.claims
+    )
+    return BeginResult(newly_classified=True, statuses=statuses)
+
+
 class AnsweringLedger:
     """Claims every requested invocation as attempt 1; every finish acknowledges."""
 
@@ -122,6 +130,17 @@ class AnsweringLedger:
         if self._stream.acked == self._stream.total:
             self._stream.done.set()
         return Settlement(acknowledged=True)
+
+    async def begin_many(self, requests: Sequence[BeginRequest]) -> list[BeginResult]:
+        await anyio.lowlevel.checkpoint()  # one call for the batch, as the scripts are
+        return [_claimed(request) for request in requests]
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Settlement]:
+        await anyio.lowlevel.checkpoint()
+        self._stream.acked += len(requests)
+        if self._stream.acked == self._stream.total:
+            self._stream.done.set()
+        return [Settlement(acknowledged=True)] * len(requests)
 
     async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
         raise AssertionError("no malformed events in this bench")
@@ -187,12 +206,12 @@ async def relay_round(events: int) -> float:
         max_event_bytes=256 * 1024,
         notify=bus.notify,
     )
-    bus.register(DispatchMessage, dispatcher)
+    bus.register(DispatchBatch, dispatcher.handle_batch)
     subscribe_delivery_log(bus)
     subscribe(bus, Metrics())
 
-    async def dispatch(message: StreamMessage) -> None:
-        await bus.send(DispatchMessage(message=message))
+    async def dispatch(messages: Sequence[StreamMessage], done: Callable[[str], None]) -> None:
+        await bus.send(DispatchBatch(messages=tuple(messages), done=done))
 
     loop = ConsumerLoop(stream, dispatch, MessageBuffer(BUFFER))
     began = time.process_time()

@@ -1,7 +1,7 @@
 """Soak: two workers, one SIGKILLed three times, a handler that fails 10% of the time.
 
     .venv/bin/python bench/soak.py [--events 5000] [--rate 100] [--redis-url URL]
-                                   [--variant kill|now|broken-template]
+                                   [--variant kill|now|broken-template|mid-batch]
 
 Variants (all must print lost = 0):
 
@@ -9,6 +9,12 @@ Variants (all must print lost = 0):
 * ``now``: the rule also requires ``at: {gt: "now()-30s"}`` and each event carries
   the time it was produced, so a failed attempt's redelivery (after its 1 m
   backoff) no longer matches; the recorded invocation must still run again.
+* ``mid-batch``: events are produced in bursts of 8 (one MULTI/EXEC each, so a
+  worker's read takes a burst as one batch) and every fourth one sleeps 1 s
+  instead of 10 ms; each SIGKILL of b waits until b holds a batch half settled
+  (of the entries pending to consumer ``soak-b`` that it took in the last 2 s,
+  some were just acknowledged and some are not). Besides lost = 0, its
+  duplicate DLQ entries must be 0.
 * ``broken-template``: worker b has its own copy of the functions directory;
   once, it is killed and restarted with its template broken (it cannot load the
   function), and the template is repaired 20 s later. Messages b holds meanwhile
@@ -114,7 +120,7 @@ def handler(event):
     run = uuid.uuid4().hex[:12]
     seq = event["seq"]
     _push(f"start|{seq}|{run}|{time.time_ns()}")
-    time.sleep(0.01)
+    time.sleep(1.0 if event.get("slow") else 0.01)
     ok = random.random() >= 0.1
     _push(f"end|{seq}|{run}|{time.time_ns()}|{'ok' if ok else 'fail'}")
     if not ok:
@@ -193,16 +199,23 @@ class Findings:
         return concurrent, possible, reruns
 
 
-async def produce(client: Redis, stream: str, events: int, rate: float) -> str:
+async def produce(client: Redis, stream: str, events: int, rate: float, burst: int = 1) -> str:
+    """``events`` at ``rate``/s; with ``burst`` > 1, that many at a time in one
+    MULTI/EXEC, every fourth marked slow (the mid-batch variant)."""
     start, last = time.monotonic(), ""
-    for seq in range(events):
-        due = start + seq / rate
+    for first in range(0, events, burst):
+        due = start + first / rate
         now = time.monotonic()
         if due > now:
             await anyio.sleep(due - now)
         at = datetime.now(UTC).isoformat()
-        event = json.dumps({"kind": "soak", "seq": seq, "at": at})
-        last = await client.xadd(stream, {"event": event})
+        pipe = client.pipeline(transaction=burst > 1)
+        for seq in range(first, min(events, first + burst)):
+            body: dict[str, Any] = {"kind": "soak", "seq": seq, "at": at}
+            if burst > 1 and seq % 4 == 0:
+                body["slow"] = True
+            pipe.xadd(stream, {"event": json.dumps(body)})
+        last = (await pipe.execute())[-1]
     return last
 
 
@@ -254,6 +267,51 @@ async def chaos(
         log.append(f"killed worker b (SIGKILL #{n}) at {time.strftime('%H:%M:%S')}")
         await anyio.sleep(2)
         victim["b"] = restart()
+
+
+async def chaos_mid_batch(
+    client: Redis,
+    stream: str,
+    group: str,
+    victim: dict[str, Worker],
+    restart: Any,
+    kills: int,
+    every_s: float,
+    log: list[str],
+    kills_ns: list[int],
+) -> None:
+    """As :func:`chaos`, but each kill waits (up to 30 s) for b to hold a batch
+    half settled: of the messages b took in the last 2 s (its own, not those a
+    killed b left behind), some were just acknowledged and some are not."""
+    for n in range(1, kills + 1):
+        await anyio.sleep(every_s)
+        last, held, deadline = -1, 0, time.monotonic() + 30
+        while time.monotonic() < deadline:
+            held = await _in_flight(client, stream, group, "soak-b")
+            if 0 < held < last:
+                break
+            last = held
+            await anyio.sleep(0.005)
+        victim["b"].kill()
+        kills_ns.append(time.time_ns())
+        log.append(
+            f"killed worker b (SIGKILL #{n}) with {held} of {last} messages still pending "
+            f"at {_now()}"
+        )
+        await anyio.sleep(2)
+        victim["b"] = restart()
+
+
+async def _in_flight(client: Redis, stream: str, group: str, consumer: str) -> int:
+    """``consumer``'s pending entries delivered in the last 2 s."""
+    rows = await client.xpending_range(
+        stream, group, min="-", max="+", count=1000, consumername=consumer, idle=2000
+    )
+    idle_or_older = len(rows)
+    every = await client.xpending_range(
+        stream, group, min="-", max="+", count=1000, consumername=consumer
+    )
+    return len(every) - idle_or_older
 
 
 async def wait_settled(client: Redis, stream: str, group: str, last: str, limit_s: float) -> int:
@@ -348,11 +406,17 @@ async def soak(url: str, args: argparse.Namespace) -> None:
                         chaos_log,
                         kills_ns,
                     )
+                elif args.variant == "mid-batch":
+                    tg.start_soon(
+                        chaos_mid_batch, client, stream, group, workers, lambda: launch("b"),
+                        3, every, chaos_log, kills_ns,
+                    )
                 else:
                     tg.start_soon(
                         chaos, workers, lambda: launch("b"), 3, every, chaos_log, kills_ns
                     )
-                last = await produce(client, stream, args.events, args.rate)
+                burst = 8 if args.variant == "mid-batch" else 1
+                last = await produce(client, stream, args.events, args.rate, burst)
             for line in chaos_log:
                 print(f"soak: {line}")
             print("soak: waiting for every event to settle (retries and recovery take minutes)")
@@ -398,7 +462,9 @@ def main() -> None:
     parser.add_argument("--redis-url", default=None, help="a Redis the containers can reach")
     parser.add_argument("--build-timeout", type=float, default=600.0)
     parser.add_argument("--settle-timeout", type=float, default=1200.0)
-    parser.add_argument("--variant", choices=("kill", "now", "broken-template"), default="kill")
+    parser.add_argument(
+        "--variant", choices=("kill", "now", "broken-template", "mid-batch"), default="kill"
+    )
     args = parser.parse_args()
     with throwaway_redis(args.redis_url) as url:
         anyio.run(soak, url, args)

@@ -480,6 +480,8 @@ class InMemoryLedger:
         self.retention_s = 48 * 3600
         self.fail_next: set[str] = set()
         self.calls: list[str] = []
+        self.batches: list[tuple[str, int]] = []  # (begin_many | finish_many, size)
+        self.lost: set[str] = set()
 
     def _call(self, name: str, message_id: str) -> dict[str, str]:
         self.calls.append(name)
@@ -510,10 +512,20 @@ class InMemoryLedger:
         return ledger_rules.dead_letter_malformed(h, request, _MemoryEffects(self, request.context))
 
     async def begin_many(self, requests: Sequence[BeginRequest]) -> list[BeginResult]:
-        # TODO(batched core): one call for the batch; today each request in turn.
-        return [await self.begin(request) for request in requests]
+        """Each member by the domain's rules (as the scripts and the SQLite
+        transaction do); one entry in ``batches``. A member whose message id is in
+        ``lost`` answers ``lost`` (another consumer holds the delivery), untouched."""
+        self.batches.append(("begin_many", len(requests)))
+        results = []
+        for request in requests:
+            if request.context.message_id in self.lost:
+                results.append(BeginResult(newly_classified=False, statuses=(), lost=True))
+            else:
+                results.append(await self.begin(request))
+        return results
 
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Settlement]:
+        self.batches.append(("finish_many", len(requests)))
         return [await self.finish(request) for request in requests]
 
     def _entry(
@@ -738,3 +750,23 @@ class InMemoryServiceContainers:
             for c in self.containers.values()
             if c.running and (identity is None or c.labels.get("relay.identity") == identity)
         ]
+
+
+def one_by_one(
+    dispatch: Callable[[StreamMessage], Awaitable[object]],
+) -> Callable[[Sequence[StreamMessage], Callable[[str], None]], Awaitable[None]]:
+    """A per-message dispatch as the loops' batch dispatch: each message of a batch
+    in its own task, its end told as it happens (tests of the loops alone)."""
+
+    async def batch(messages: Sequence[StreamMessage], done: Callable[[str], None]) -> None:
+        async def one(message: StreamMessage) -> None:
+            try:
+                await dispatch(message)
+            finally:
+                done(message.id)
+
+        async with anyio.create_task_group() as tg:
+            for message in messages:
+                tg.start_soon(one, message)
+
+    return batch

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,24 +153,23 @@ def compose(
         bus.register(kind, handler)
     subscribe_breaker_log(bus)
     bus.subscribe(ev.FunctionRemoved, lambda e: breakers.forget(e.name))
-    bus.register(
-        cmd.DispatchMessage,
-        MessageDispatcher(
-            stream=stream,
-            ledger=ledger,
-            registry=registry,
-            runtime=runtime,
-            slots=slots,
-            secrets=secrets,
-            clock=clock,
-            tokens=tokens,
-            max_event_bytes=max_event_bytes,
-            slot_wait_s=slot_wait_s,
-            notify=bus.notify,
-            history=history,
-            breakers=breakers,
-        ),
+    dispatcher = MessageDispatcher(
+        stream=stream,
+        ledger=ledger,
+        registry=registry,
+        runtime=runtime,
+        slots=slots,
+        secrets=secrets,
+        clock=clock,
+        tokens=tokens,
+        max_event_bytes=max_event_bytes,
+        slot_wait_s=slot_wait_s,
+        notify=bus.notify,
+        history=history,
+        breakers=breakers,
     )
+    bus.register(cmd.DispatchMessage, dispatcher)
+    bus.register(cmd.DispatchBatch, dispatcher.handle_batch)
     subscribe_delivery_log(bus)
     invoker = FunctionInvoker(
         registry=registry,
@@ -399,8 +398,8 @@ def _add_loops(
         concurrency_waits=lambda: slots.waits_total,
     )
 
-    async def dispatch(message: Any) -> None:
-        await bus.send(cmd.DispatchMessage(message=message))
+    async def dispatch(messages: Sequence[Any], done: Callable[[str], None]) -> None:
+        await bus.send(cmd.DispatchBatch(messages=tuple(messages), done=done))
 
     async def on_change(name: str) -> None:
         await bus.send(cmd.ReconcileFunction(name=name))
@@ -409,7 +408,10 @@ def _add_loops(
         await bus.send(cmd.ReconcileAll())
 
     stream = broker.stream
-    consumer = ConsumerLoop(stream, dispatch, buffer)
+    # A read is one batch: at most the slots that can run it, or half the buffer
+    # when that is more (the loop reads again once half the buffer is free).
+    read_max = max(settings.max_concurrency, settings.max_buffered_events // 2)
+    consumer = ConsumerLoop(stream, dispatch, buffer, read_max=read_max)
     recovery = RecoveryLoop(
         stream,
         dispatch,

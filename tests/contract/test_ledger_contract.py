@@ -7,6 +7,7 @@ waiting: an expired claim or backoff is a marker whose deadline is in the past.
 from __future__ import annotations
 
 import anyio
+import msgspec
 import pytest
 
 from relay.domain.invocation import Complete, Exhaust, Release, Retry
@@ -17,8 +18,10 @@ from relay.domain.outcome import (
     ClaimRequest,
     FinishRequest,
     MalformedRequest,
+    MessageContext,
     RenewRequest,
     Settlement,
+    StreamMessage,
 )
 from tests.contract.conftest import Harness
 
@@ -402,3 +405,88 @@ async def test_renew_extends_only_the_holders_claim(harness: Harness) -> None:
     assert await harness.ledger.renew(wrong_attempt) == 0
     await finish(harness, m.id, "t1", (report(A, 1, Complete()),))
     assert await harness.ledger.renew(mine) == 0  # finished: nothing to extend
+
+
+# --- the batched calls: every member as its own call would, in one call -------------
+
+
+def batch_ctx(h: Harness, m: StreamMessage) -> MessageContext:
+    """The member's context with its delivery handle (the embedded broker's lease)."""
+    return msgspec.structs.replace(h.ctx(m.id), delivery=m.delivery)
+
+
+def claim_of(h: Harness, m: StreamMessage, token: str, max_attempts: int = 5) -> BeginRequest:
+    return BeginRequest(
+        context=batch_ctx(h, m),
+        classification="matched:fn-a",
+        token=token,
+        claims=(ClaimRequest(field=A, max_attempts=max_attempts, lease_ms=60_000),),
+        gates=(A,),
+    )
+
+
+def result_of(h: Harness, m: StreamMessage, token: str, transition: object) -> FinishRequest:
+    return FinishRequest(
+        context=batch_ctx(h, m),
+        token=token,
+        reports=(report(A, 1, transition, "boom"),),
+        gates=(A,),
+    )
+
+
+async def test_a_batch_claims_each_member_as_its_own_begin_would(harness: Harness) -> None:
+    fresh, taken, done = [await harness.deliver() for _ in range(3)]
+    await begin(harness, taken.id, "t0")  # another delivery holds its claim
+    await begin(harness, done.id, "t0")
+    await finish(harness, done.id, "t0", (report(A, 1, Complete()),))
+    results = await harness.ledger.begin_many(
+        [claim_of(harness, m, "t1") for m in (fresh, taken, done)]
+    )
+    assert [r.statuses[0].status for r in results] == ["claimed", "running", "ok"]
+    assert [r.newly_classified for r in results] == [True, False, False]
+    assert [r.settlement.acknowledged for r in results] == [False, False, True]
+    assert not any(r.lost for r in results)
+    assert (await harness.hash(fresh.id))[A].endswith("#1#t1")
+    assert (await harness.hash(taken.id))[A].endswith("#1#t0")  # untouched
+    assert await harness.pending() == {fresh.id, taken.id}
+
+
+async def test_a_group_settles_each_member_and_acks_only_the_terminal_ones(
+    harness: Harness,
+) -> None:
+    ok, retry, exhausted = [await harness.deliver() for _ in range(3)]
+    messages = (ok, retry, exhausted)
+    await harness.ledger.begin_many([claim_of(harness, m, "t1") for m in messages])
+    group = [
+        result_of(harness, ok, "t1", Complete()),
+        result_of(harness, retry, "t1", Retry(60_000)),
+        result_of(harness, exhausted, "t1", Exhaust()),
+    ]
+    first = await harness.ledger.finish_many(group)
+    assert [s.acknowledged for s in first] == [True, False, True]
+    assert [len(s.dead_lettered) for s in first] == [0, 0, 1]
+    assert await harness.pending() == {retry.id}
+    again = await harness.ledger.finish_many(group)  # re-sent (a broken connection)
+    assert [s.acknowledged for s in again] == [True, False, True]
+    assert [s.rejected for s in again] == [(), (), ()]
+    assert again[2].dead_lettered == first[2].dead_lettered  # reported, not written twice
+    [entry] = await harness.dlq()
+    assert entry["original_id"] == exhausted.id
+    assert (await harness.hash(exhausted.id))[A] == "exhausted:1:dlq"
+
+
+async def test_a_stale_member_of_a_group_is_fenced_alone(harness: Harness) -> None:
+    ours, stale = [await harness.deliver() for _ in range(2)]
+    await harness.ledger.begin_many([claim_of(harness, m, "t1") for m in (ours, stale)])
+    settled = await harness.ledger.finish_many(
+        [result_of(harness, ours, "t1", Complete()), result_of(harness, stale, "t9", Complete())]
+    )
+    assert [s.rejected for s in settled] == [(), (A,)]
+    assert [s.acknowledged for s in settled] == [True, False]
+    assert (await harness.hash(stale.id))[A].endswith("#1#t1")  # the holder's claim stands
+    assert await harness.pending() == {stale.id}
+
+
+async def test_empty_batches_answer_nothing(harness: Harness) -> None:
+    assert await harness.ledger.begin_many([]) == []
+    assert await harness.ledger.finish_many([]) == []

@@ -465,3 +465,161 @@ def test_a_re_sent_finish_reports_what_its_first_send_did() -> None:
         == (DeadLettered(field=field_name, attempt=1, entry_id="1-0", reason="boom"),)
     )
     assert len(model.dlq) == 1
+
+
+# --- the batched calls: begin_many / finish_many over a mix of messages ----------------
+
+# What a batch member's hash holds before the batch: nothing (fresh), a live claim of
+# another token (running), a live claim of ours or an expired one, a claim of a
+# newer attempt (so our finish is fenced), an exhausted invocation with or without
+# its DLQ entry, a garbage marker, or a message already dead-lettered as malformed.
+member_states = st.sampled_from(
+    ["fresh", "running", "expired", "fenced", "exhausted", "exhausted_dlq", "garbage",
+     "malformed"]
+)
+
+
+def preset(state: str, field_name: str, now: int) -> dict[str, str]:
+    return {
+        "fresh": {},
+        "running": {field_name: f"running:{now + 60_000}#1#t2"},
+        "expired": {field_name: f"running:{now - 1}#1#t2"},
+        "fenced": {},  # fenced after the begin (see run_batch)
+        "exhausted": {field_name: "exhausted:2"},
+        "exhausted_dlq": {field_name: "exhausted:2:dlq"},
+        "garbage": {field_name: "running:1#1#t1#x"},
+        "malformed": {},  # dead-lettered as malformed before the batch (see run_batch)
+    }[state]
+
+
+@st.composite
+def batch_members(draw: st.DrawFn) -> dict[str, Any]:
+    fields = draw(st.lists(st.sampled_from(FIELDS), unique=True, min_size=1, max_size=3))
+    return {
+        "state": draw(member_states),
+        "claims": tuple(
+            ClaimRequest(
+                field=f,
+                max_attempts=draw(st.integers(1, 3)),
+                lease_ms=draw(st.sampled_from([1_000, 60_000])),
+            )
+            for f in fields
+        ),
+        "gates": tuple(fields),
+        "blocked": draw(st.sampled_from([False, False, False, True])),
+        "steps": draw(st.lists(transitions, min_size=3, max_size=3)),
+        "error": draw(st.sampled_from(["", "boom"])),
+    }
+
+
+async def run_batch(url: str, members: list[dict[str, Any]], serial: int, dlq_broken: bool) -> None:
+    """Every member through the domain's rules one by one and through one
+    begin_many, one finish_many, then the same finish_many re-sent."""
+    client = redis.asyncio.Redis.from_url(url, decode_responses=False)
+    stream = f"rules-vs-lua-batch-{serial}"
+    try:
+        await client.delete(stream, dlq_key(stream), dlq_key(stream) + ":saved")
+        await client.xgroup_create(stream, "relay", id="0", mkstream=True)
+        sides: list[tuple[LuaSide, Model, MessageContext]] = []
+        entry_ids = itertools.count(1)  # one DLQ stream: the models share its ids
+        for _ in members:
+            message_id = _text(await client.xadd(stream, {"event": b'{"a": 1}'}))
+            lua = LuaSide(client, stream, message_id)
+            sides.append((lua, Model(ids=entry_ids), context(stream, message_id)))
+        await client.xreadgroup("relay", "w1", {stream: ">"}, count=len(members))
+        now = START_MS
+        ledger = sides[0][0].ledger
+        model_ids, lua_ids = Ids(), Ids()
+        begins: list[BeginRequest] = []
+        for member, (lua, model, ctx) in zip(members, sides, strict=True):
+            await lua.set_now(now)
+            for field_name, value in preset(member["state"], member["gates"][0], now).items():
+                model.hash[field_name] = value
+                await client.hset(lua.key, field_name, value)
+            if member["state"] == "malformed":
+                bad = MalformedRequest(context=ctx, reason="not JSON", event="{")
+                want = normal_reply(ledger_rules.dead_letter_malformed(model.hash, bad, model),
+                                    model_ids)
+                assert normal_reply(await lua.ledger.dead_letter_malformed(bad), lua_ids) == want
+            begins.append(
+                BeginRequest(
+                    context=ctx, classification="matched:fn-a", token="t1",
+                    claims=member["claims"], gates=member["gates"], blocked=member["blocked"],
+                )
+            )
+        if dlq_broken:
+            for _, model, _ in sides:
+                model.broken = True
+            await sides[0][0].break_dlq(True)
+        want_begun = [
+            ledger_rules.begin(model.hash, req, now, model)
+            for req, (_, model, _) in zip(begins, sides, strict=True)
+        ]
+        got_begun = await ledger.begin_many(begins)
+        assert [normal_reply(r, lua_ids) for r in got_begun] == [
+            normal_reply(r, model_ids) for r in want_begun
+        ]
+        await compare_states(sides, model_ids, lua_ids)
+        finishes = []
+        for member, req, begun, (lua, model, ctx) in zip(
+            members, begins, want_begun, sides, strict=True
+        ):
+            args = {"steps": [(t, 0) for t in member["steps"]], "other_token": False,
+                    "errors": member["error"]}
+            finishes.append(finish_of(req, begun.statuses, args, ctx))
+            if member["state"] == "fenced":
+                for s in begun.statuses:  # a newer delivery took the claim meanwhile
+                    if s.status == "claimed":
+                        marker = f"running:{now + 90_000}#{s.attempt + 1}#t2"
+                        model.hash[s.field] = marker
+                        await client.hset(lua.key, s.field, marker)
+        now += 1_000
+        for lua, _, _ in sides:
+            await lua.set_now(now)
+        for _ in range(2):  # the second: the same group re-sent (a broken connection)
+            want_done = [
+                ledger_rules.finish(model.hash, req, now, model)
+                for req, (_, model, _) in zip(finishes, sides, strict=True)
+            ]
+            got_done = await ledger.finish_many(finishes)
+            assert [normal_reply(r, lua_ids) for r in got_done] == [
+                normal_reply(r, model_ids) for r in want_done
+            ]
+            await compare_states(sides, model_ids, lua_ids)
+    finally:
+        await client.delete(stream, dlq_key(stream), dlq_key(stream) + ":saved")
+        await client.aclose()
+
+
+async def compare_states(
+    sides: list[tuple[LuaSide, Model, MessageContext]], model_ids: Ids, lua_ids: Ids
+) -> None:
+    dlq_rows: list[tuple[str, str, int, str]] = []
+    got_rows: list[tuple[str, str, int, str]] = []
+    for lua, model, ctx in sides:
+        h, dlq, acked, has_ttl = await lua.state()
+        where = ctx.message_id
+        assert normal_hash(h, lua_ids) == normal_hash(model.hash, model_ids), where
+        assert (acked, has_ttl) == (model.acked, model.acked), where
+        dlq_rows += model.dlq
+        got_rows = dlq  # one DLQ stream for the whole batch
+    assert sorted(got_rows) == sorted(dlq_rows)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    members=st.lists(batch_members(), min_size=2, max_size=5),
+    dlq_broken=st.sampled_from([False, False, False, True]),
+)
+def test_the_batched_scripts_do_what_the_domain_rules_say_per_member(
+    request: pytest.FixtureRequest, members: list[dict[str, Any]], dlq_broken: bool
+) -> None:
+    """A batch mixing fresh, running, expired, fenced, exhausted, garbage and
+    malformed members: begin_many and finish_many (and a re-sent finish_many)
+    answer and write exactly what the rules say for each member on its own."""
+    url = redis_url_for(request)
+    anyio.run(run_batch, url, members, next(_serial), dlq_broken)

@@ -34,7 +34,7 @@ from relay.application.consumer import ConsumerLoop, RecoveryLoop
 from relay.application.dispatch import MessageDispatcher
 from relay.application.ports import Clock
 from relay.application.registry import ActiveFunction, FunctionRegistry
-from relay.domain.commands import DispatchMessage
+from relay.domain.commands import DispatchBatch, DispatchMessage
 from relay.domain.execution import InvocationRequest, InvocationResult
 from relay.domain.template import parse_template
 from tests.fakes import InMemoryContainerRuntime, InMemorySecretStore
@@ -80,6 +80,7 @@ class BrokerWorld:
             breakers=self.breakers,
         )
         self.bus.register(DispatchMessage, self.dispatcher)
+        self.bus.register(DispatchBatch, self.dispatcher.handle_batch)
         spec = template or {"events": [{"handler": HANDLER, "pattern": {"kind": ["job"]},
                                         "timeout": "1s", "retries": 2}], "concurrency": 16}
         parsed = parse_template({"runtime": "python3.14", **spec})
@@ -93,11 +94,14 @@ class BrokerWorld:
     async def dispatch(self, message: Any) -> None:
         await self.bus.send(DispatchMessage(message=message))
 
+    async def dispatch_batch(self, messages: Any, done: Any) -> None:
+        await self.bus.send(DispatchBatch(messages=tuple(messages), done=done))
+
     async def run_loops(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """The consumer and recovery loops, as ``relay start`` runs them (fast recovery)."""
         buffer = MessageBuffer(16)
-        consumer = ConsumerLoop(self.stream, self.dispatch, buffer)
-        recovery = RecoveryLoop(self.stream, self.dispatch, buffer, interval_s=0.2,
+        consumer = ConsumerLoop(self.stream, self.dispatch_batch, buffer)
+        recovery = RecoveryLoop(self.stream, self.dispatch_batch, buffer, interval_s=0.2,
                                 min_idle_ms=300)
         async with anyio.create_task_group() as tg:
             await tg.start(consumer.run)

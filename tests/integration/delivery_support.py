@@ -4,7 +4,7 @@ delivery path wired to the real Redis adapters (the runtime stays an in-memory f
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,7 +20,7 @@ from relay.application.concurrency import Slots
 from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher
 from relay.application.registry import ActiveFunction, FunctionRegistry
-from relay.domain.commands import DispatchMessage
+from relay.domain.commands import DispatchBatch, DispatchMessage
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import StreamMessage
 from relay.domain.template import parse_template
@@ -79,6 +79,7 @@ class RedisWorld:
             notify=self.bus.notify,
         )
         self.bus.register(DispatchMessage, self.dispatcher)
+        self.bus.register(DispatchBatch, self.dispatcher.handle_batch)
         subscribe_delivery_log(self.bus)
         self.events: list[DomainEvent] = []
         for kind in DELIVERY_EVENTS:
@@ -101,6 +102,12 @@ class RedisWorld:
 
     async def dispatch(self, message: StreamMessage) -> Any:
         return await self.bus.send(DispatchMessage(message=message))
+
+    async def dispatch_batch(
+        self, messages: Sequence[StreamMessage], done: Callable[[str], None]
+    ) -> Any:
+        """What the loops call: the whole read as one batch."""
+        return await self.bus.send(DispatchBatch(messages=tuple(messages), done=done))
 
     async def add(self, payload: bytes) -> str:
         return text(await self.client.xadd(self.stream_name, {"event": payload}))

@@ -109,9 +109,10 @@ async def test_two_workers_lose_nothing_and_never_overlap(
     async with anyio.create_task_group() as tg:
         for world in workers:
             buffer = MessageBuffer(8)
-            await tg.start(ConsumerLoop(world.stream, world.dispatch, buffer, block_ms=20).run)
+            consumer = ConsumerLoop(world.stream, world.dispatch_batch, buffer, block_ms=20)
+            await tg.start(consumer.run)
             recovery = RecoveryLoop(
-                world.stream, world.dispatch, buffer, interval_s=0.05, min_idle_ms=50
+                world.stream, world.dispatch_batch, buffer, interval_s=0.05, min_idle_ms=50
             )
             await tg.start(recovery.run)
         with anyio.fail_after(90):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from relay.application.breakers import BreakerBoard, subscribe_breaker_log
@@ -12,7 +13,7 @@ from relay.application.dispatch import MessageDispatcher, MessageReport
 from relay.application.ports import SecretStore
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.domain import events as ev
-from relay.domain.commands import DispatchMessage
+from relay.domain.commands import DispatchBatch, DispatchMessage
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import StreamMessage
 from relay.domain.template import parse_template
@@ -94,6 +95,7 @@ class World:
             breakers=self.breakers,
         )
         self.bus.register(DispatchMessage, self.dispatcher)
+        self.bus.register(DispatchBatch, self.dispatcher.handle_batch)
         for command, handler in self.breakers.table().items():
             self.bus.register(command, handler)
         subscribe_delivery_log(self.bus)
@@ -127,6 +129,15 @@ class World:
     async def dispatch(self, message: StreamMessage) -> MessageReport:
         report: MessageReport = await self.bus.send(DispatchMessage(message=message))
         return report
+
+    async def dispatch_batch(
+        self, messages: Sequence[StreamMessage], done: Callable[[str], None] | None = None
+    ) -> list[MessageReport]:
+        """What the loops call: the whole read as one batch."""
+        reports: list[MessageReport] = await self.bus.send(
+            DispatchBatch(messages=tuple(messages), done=done)
+        )
+        return reports
 
     async def redeliver(self, message_id: str) -> MessageReport:
         """What the recovery loop does once the message has been idle long enough."""

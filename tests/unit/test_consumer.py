@@ -10,11 +10,16 @@ import pytest
 from structlog.testing import capture_logs
 
 from relay.application.buffer import MessageBuffer
-from relay.application.consumer import ConnectionHealth, ConsumerLoop, RecoveryLoop
+from relay.application.consumer import (
+    ConnectionHealth,
+    ConsumerLoop,
+    RecoveryLoop,
+    _dispatch_batch,
+)
 from relay.domain import events as ev
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import StreamMessage
-from tests.fakes import FakeClock, InMemoryEventStream
+from tests.fakes import FakeClock, InMemoryEventStream, one_by_one
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +58,7 @@ async def test_the_buffer_bounds_what_is_read() -> None:
     stream = stream_with_events(10)
     buffer = MessageBuffer(3)
     dispatch = SlowDispatch(buffer)
-    loop = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
+    loop = ConsumerLoop(stream, one_by_one(dispatch), buffer, block_ms=1)
     async with anyio.create_task_group() as tg:
         await tg.start(loop.run)
         await wait_for(lambda: len(dispatch.seen) == 3)
@@ -89,7 +94,7 @@ async def test_a_busy_worker_reads_again_once_half_the_buffer_is_free() -> None:
     stream = stream_with_events(20)
     buffer = MessageBuffer(8)
     dispatch = GatedDispatch()
-    loop = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
+    loop = ConsumerLoop(stream, one_by_one(dispatch), buffer, block_ms=1)
     async with anyio.create_task_group() as tg:
         await tg.start(loop.run)
         await wait_for(lambda: len(dispatch.seen) == 8)  # an idle worker fills up at once
@@ -116,7 +121,7 @@ async def test_reads_recover_after_an_outage_with_one_line_each_way() -> None:
         seen.append(message.id)
 
     health = ConnectionHealth("consumer", min_s=0.001, max_s=0.002)
-    loop = ConsumerLoop(stream, dispatch, buffer, block_ms=1, health=health)
+    loop = ConsumerLoop(stream, one_by_one(dispatch), buffer, block_ms=1, health=health)
     with capture_logs() as logs:
         async with anyio.create_task_group() as tg:
             await tg.start(loop.run)
@@ -137,7 +142,12 @@ async def test_a_silent_broker_is_reported_by_recovery_in_one_clear_line() -> No
 
     health = ConnectionHealth("recovery", min_s=0.001, max_s=0.002)
     loop = RecoveryLoop(
-        stream, dispatch, MessageBuffer(4), interval_s=0.001, health=health, call_timeout_s=0.01
+        stream,
+        one_by_one(dispatch),
+        MessageBuffer(4),
+        interval_s=0.001,
+        health=health,
+        call_timeout_s=0.01,
     )
     with capture_logs() as logs:
         async with anyio.create_task_group() as tg:
@@ -168,7 +178,7 @@ async def test_recovery_hands_idle_messages_back_and_drops_deleted_ones() -> Non
     async def publish(events: Sequence[DomainEvent]) -> None:
         published.extend(events)
 
-    loop = RecoveryLoop(stream, dispatch, buffer, publish=publish, interval_s=0.01)
+    loop = RecoveryLoop(stream, one_by_one(dispatch), buffer, publish=publish, interval_s=0.01)
     async with anyio.create_task_group() as tg:
         handed = await loop.tick(tg)
     assert handed == 1
@@ -192,7 +202,7 @@ async def test_recovery_skips_messages_already_held_locally() -> None:
     async def dispatch(message: StreamMessage) -> None:
         seen.append(message.id)
 
-    loop = RecoveryLoop(stream, dispatch, buffer)
+    loop = RecoveryLoop(stream, one_by_one(dispatch), buffer)
     async with anyio.create_task_group() as tg:
         assert await loop.tick(tg) == 0
     assert seen == []
@@ -220,7 +230,7 @@ async def test_one_recovery_pass_hands_back_more_than_a_buffer_full() -> None:
         seen.append(message.id)
         await anyio.lowlevel.checkpoint()
 
-    loop = RecoveryLoop(stream, dispatch, buffer, interval_s=3600)
+    loop = RecoveryLoop(stream, one_by_one(dispatch), buffer, interval_s=3600)
     async with anyio.create_task_group() as tg:
         handed = await loop.tick(tg)
     assert handed == 40
@@ -234,10 +244,12 @@ async def test_messages_are_dispatched_by_at_most_one_task_per_buffer_place() ->
     seen: list[str] = []
     tasks: set[int] = set()
 
-    async def dispatch(message: StreamMessage) -> None:
+    async def dispatch(messages: Sequence[StreamMessage], done: Callable[[str], None]) -> None:
         tasks.add(anyio.get_current_task().id)
         await anyio.lowlevel.checkpoint()
-        seen.append(message.id)
+        for message in messages:
+            seen.append(message.id)
+            done(message.id)
 
     loop = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
     async with anyio.create_task_group() as tg:
@@ -245,7 +257,7 @@ async def test_messages_are_dispatched_by_at_most_one_task_per_buffer_place() ->
         await wait_for(lambda: len(seen) == 60)
         tg.cancel_scope.cancel()
     assert sorted(seen) == sorted(stream.entries)  # each message once
-    assert len(tasks) <= 4  # the dispatching tasks are reused, not one per message
+    assert len(tasks) <= 4  # the dispatching tasks are reused, not one per batch
     assert buffer.occupancy == 0
 
 
@@ -282,8 +294,8 @@ async def test_messages_read_while_recovery_filled_the_buffer_are_all_dispatched
     stream.answer = anyio.Event()
     buffer = MessageBuffer(4)
     dispatch = GatedDispatch()
-    consumer = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
-    recovery = RecoveryLoop(stream, dispatch, buffer, interval_s=3600)
+    consumer = ConsumerLoop(stream, one_by_one(dispatch), buffer, block_ms=1)
+    recovery = RecoveryLoop(stream, one_by_one(dispatch), buffer, interval_s=3600)
     async with anyio.create_task_group() as tg:
         await tg.start(consumer.run)
         await stream.reading.wait()  # the read of 4 is at the broker
@@ -314,8 +326,8 @@ async def test_recovery_gets_places_while_the_consumer_idles_on_a_quiet_stream()
     async def dispatch(message: StreamMessage) -> None:
         seen.append(message.id)
 
-    consumer = ConsumerLoop(stream, dispatch, buffer, block_ms=1)
-    recovery = RecoveryLoop(stream, dispatch, buffer, interval_s=3600)
+    consumer = ConsumerLoop(stream, one_by_one(dispatch), buffer, block_ms=1)
+    recovery = RecoveryLoop(stream, one_by_one(dispatch), buffer, interval_s=3600)
     async with anyio.create_task_group() as tg:
         await tg.start(consumer.run)
         await wait_for(lambda: stream.reads >= 3)  # the consumer idles, reading nothing
@@ -324,3 +336,24 @@ async def test_recovery_gets_places_while_the_consumer_idles_on_a_quiet_stream()
         await wait_for(lambda: len(seen) == 2)
         tg.cancel_scope.cancel()
     assert sorted(seen) == sorted(idle)
+
+
+async def test_a_place_a_batch_freed_and_that_was_taken_again_stays_held() -> None:
+    """A batch ends each message's place as its dispatch ends; the recovery loop
+    may hold the same message again meanwhile (reclaimed), and the batch's own end
+    must not free that new holding."""
+    buffer = MessageBuffer(4)
+    first, second = StreamMessage(id="1-0", payload=b"{}"), StreamMessage(id="2-0", payload=b"{}")
+    with buffer.reserve(2) as places:
+        assert places.take(first.id)
+        assert places.take(second.id)
+
+    async def dispatch(messages: Sequence[StreamMessage], done: Callable[[str], None]) -> None:
+        done(first.id)
+        assert buffer.take(first.id)  # reclaimed and held again, for another dispatch
+        raise RuntimeError("the rest of the batch failed")
+
+    with capture_logs():
+        await _dispatch_batch(dispatch, buffer, [first, second])
+    assert buffer.occupancy == 1  # the new holding of the first; the second is freed
+    assert not buffer.take(first.id)

@@ -93,7 +93,7 @@ async def test_before_the_first_scan_a_missing_function_is_not_taken_for_removed
     world.runtime.script[FIELD] = InvocationResult(ok=False, error="down")
     first = await world.deliver(fresh_event(world))
     world.registry = type(world.registry)()  # a new process: nothing scanned yet
-    world.dispatcher._registry = world.registry
+    world.dispatcher._planner._registry = world.registry
     world.clock.advance(6 * 60)
     again = await world.redeliver(first.message_id)
     assert not again.acknowledged

@@ -45,8 +45,8 @@ class Handler:
 
 def worker(world: World, grace_s: float) -> tuple[ConsumerLoop, RecoveryLoop, GracefulStop]:
     buffer = MessageBuffer(4)
-    consumer = ConsumerLoop(world.stream, world.dispatch, buffer, block_ms=1)
-    recovery = RecoveryLoop(world.stream, world.dispatch, buffer, interval_s=3600)
+    consumer = ConsumerLoop(world.stream, world.dispatch_batch, buffer, block_ms=1)
+    recovery = RecoveryLoop(world.stream, world.dispatch_batch, buffer, interval_s=3600)
     return consumer, recovery, GracefulStop([consumer, recovery], buffer, grace_s=grace_s)
 
 

@@ -1,5 +1,9 @@
 """The consumer and recovery loops: stream messages into the dispatcher.
 
+Each read (``XREADGROUP``, up to the free buffer places) and each reclaim step
+(``XAUTOCLAIM``) is handed to the dispatcher as ONE batch: planned, claimed in
+one ledger call and settled in groups (:mod:`relay.application.dispatch`).
+
 Both loops share one :class:`~relay.application.buffer.MessageBuffer`
 (``MAX_BUFFERED_EVENTS``, in :mod:`relay.application.buffer`): a message holds a
 place from the moment it is read or reclaimed until its dispatch ends
@@ -38,7 +42,10 @@ from relay.domain.outcome import StreamMessage
 
 _log = structlog.get_logger(__name__)
 
-Dispatch = Callable[[StreamMessage], Awaitable[object]]
+# A read batch (distinct messages) to its dispatch, with what to tell as each
+# message's dispatch ends (its buffer place is free again).
+Done = Callable[[str], None]
+Dispatch = Callable[[Sequence[StreamMessage], Done], Awaitable[object]]
 Publish = Callable[[Sequence[DomainEvent]], Awaitable[None]]
 
 DEFAULT_BLOCK_MS = 1_000
@@ -112,40 +119,52 @@ class ConnectionHealth:
         self._failures = 0
 
 
-async def _dispatch_one(dispatch: Dispatch, buffer: MessageBuffer, message: StreamMessage) -> None:
+async def _dispatch_batch(
+    dispatch: Dispatch, buffer: MessageBuffer, messages: Sequence[StreamMessage]
+) -> None:
+    open_ids = {m.id for m in messages}
+
+    def done(message_id: str) -> None:
+        if message_id in open_ids:
+            open_ids.discard(message_id)
+            buffer.release(message_id)
+
     try:
-        await dispatch(message)
-    except Exception:  # noqa: BLE001 - one message's failure never stops the loop; it stays pending
-        _log.exception("dispatch_failed", message_id=message.id)
+        await dispatch(messages, done)
+    except Exception:  # noqa: BLE001 - one batch's failure never stops the loop; it stays pending
+        _log.exception("dispatch_failed", message_ids=[m.id for m in messages][:10])
     finally:
-        buffer.release(message.id)
+        # Only what the dispatch did not end: a place it freed may hold the same
+        # message again by now (reclaimed), for another dispatch.
+        for message_id in open_ids:
+            buffer.release(message_id)
 
 
 class Dispatchers:
-    """Long-lived tasks that dispatch the messages a loop hands them.
+    """Long-lived tasks that dispatch the batches a loop hands them.
 
     A task is started only when every existing one is busy, and then stays for
-    the next message, so there are never more than the buffer holds. Starting a
-    task per message (a cancel scope, an event and callbacks in anyio) cost
-    more than the message's own bookkeeping.
+    the next batch, so there are never more than the buffer holds. Starting a
+    task per batch (a cancel scope, an event and callbacks in anyio) cost more
+    than a small batch's own bookkeeping.
     """
 
     def __init__(self, tg: TaskGroup, dispatch: Dispatch, buffer: MessageBuffer) -> None:
         self._tg = tg
         self._dispatch = dispatch
         self._buffer = buffer
-        self._queue: deque[StreamMessage] = deque()
+        self._queue: deque[Sequence[StreamMessage]] = deque()
         self._idle: deque[anyio.Event] = deque()
         self._closed = False
 
     def close(self) -> None:
-        """No more messages: each task ends once the queue is empty."""
+        """No more batches: each task ends once the queue is empty."""
         self._closed = True
         while self._idle:
             self._idle.popleft().set()
 
-    def hand(self, message: StreamMessage) -> None:
-        self._queue.append(message)
+    def hand(self, messages: Sequence[StreamMessage]) -> None:
+        self._queue.append(messages)
         if self._idle:
             self._idle.popleft().set()
         else:
@@ -154,7 +173,7 @@ class Dispatchers:
     async def _work(self) -> None:
         while True:
             while self._queue:
-                await _dispatch_one(self._dispatch, self._buffer, self._queue.popleft())
+                await _dispatch_batch(self._dispatch, self._buffer, self._queue.popleft())
             if self._closed:
                 return
             wake = anyio.Event()
@@ -174,10 +193,15 @@ class ConsumerLoop:
         block_ms: int = DEFAULT_BLOCK_MS,
         health: ConnectionHealth | None = None,
         call_timeout_s: float = CALL_TIMEOUT_S,
+        read_max: int | None = None,
     ) -> None:
+        """``read_max`` bounds a read beyond the free buffer places (the worker's
+        concurrency slots: a batch larger than what can run at once only holds
+        claims that wait for a slot)."""
         self._stream = stream
         self._dispatch = dispatch
         self._buffer = buffer
+        self._read_max = read_max or buffer.size
         self._block_ms = block_ms
         self._call_timeout_s = call_timeout_s
         self.health = health or ConnectionHealth("consumer")
@@ -203,7 +227,7 @@ class ConsumerLoop:
                         await self._buffer.wait_free(batch)
                     if intake.stopped:
                         break
-                with self._buffer.reserve(self._buffer.free) as places:
+                with self._buffer.reserve(min(self._buffer.free, self._read_max)) as places:
                     try:
                         # Bounded by the stream: a frozen (paused, partitioned)
                         # server never answers.
@@ -214,9 +238,10 @@ class ConsumerLoop:
                         backoff: float | None = self.health.failed(exc)
                     else:
                         backoff = None
-                        for message in messages:
-                            if places.take(message.id):
-                                workers.hand(message)
+                        # the whole read is one batch: planned, claimed and settled together
+                        taken = [m for m in messages if places.take(m.id)]
+                        if taken:
+                            workers.hand(taken)
                 if backoff is not None:
                     with intake.waiting():
                         await anyio.sleep(backoff)
@@ -301,10 +326,10 @@ class RecoveryLoop:
             with self._buffer.reserve(self._buffer.free) as places:
                 with _answered_within(self._call_timeout_s, "a reclaim of pending messages"):
                     batch = await self._stream.reclaim(self._min_idle_ms, places.count)
-                for message in batch.messages:
-                    if places.take(message.id):
-                        handed += 1
-                        tg.start_soon(_dispatch_one, self._dispatch, self._buffer, message)
+                taken = [m for m in batch.messages if places.take(m.id)]
+                if taken:
+                    handed += len(taken)
+                    tg.start_soon(_dispatch_batch, self._dispatch, self._buffer, taken)
             if batch.deleted:
                 await self._drop(batch.deleted)
             if batch.complete:

@@ -180,7 +180,13 @@ def _skipped(e: ev.OccurrenceSkipped) -> None:
     )
 
 
+def _lost(e: ev.DeliveryLost) -> None:
+    # Routine when consumers race for a message: the other one handles it.
+    _log.debug("delivery_lost", message_id=e.message_id)
+
+
 LINES: dict[type[DomainEvent], Callable[[Any], None]] = {
+    ev.DeliveryLost: _lost,
     ev.OccurrencePublished: _published,
     ev.OccurrencePublishFailed: _publish_failed,
     ev.OccurrencePublishRecovered: _publish_recovered,

@@ -6,6 +6,7 @@ exactly one handler, and a unit test checks the table is complete.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from relay.domain.messages import Command
@@ -77,6 +78,16 @@ class DispatchMessage(Command, frozen=True, kw_only=True):
     then acknowledge it, dead-letter it first, or leave it pending."""
 
     message: StreamMessage
+
+
+class DispatchBatch(Command, frozen=True, kw_only=True):
+    """:class:`DispatchMessage` for every message of one read (distinct messages):
+    planned together, claimed in one ledger call, attempted concurrently, settled
+    in groups. ``done`` is told each message's id as its dispatch ends (its
+    buffer place is free again); the result lists one report per message."""
+
+    messages: tuple[StreamMessage, ...]
+    done: Callable[[str], None] | None = None
 
 
 # --- circuit breaker (control socket) ------------------------------------------------

@@ -318,6 +318,13 @@ class MessageAcknowledged(DomainEvent, frozen=True, kw_only=True):
     outcome: str
 
 
+class DeliveryLost(DomainEvent, frozen=True, kw_only=True):
+    """The broker no longer holds this delivery for this consumer (another consumer
+    took the message first): nothing was claimed or settled, nothing more is done."""
+
+    message_id: str
+
+
 class MessageKeptPending(DomainEvent, frozen=True, kw_only=True):
     """The message stays pending (``reason``: ``retrying``, ``in_progress``,
     ``building``, ``function_unavailable``, ``deferred``, ``dlq_failed`` or

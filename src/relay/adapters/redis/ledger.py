@@ -2,8 +2,9 @@
 
 The scripts carry out :mod:`relay.domain.ledger_rules` (the one specification;
 a property test runs both on the same random cases). Three carry a message from
-delivery to acknowledgment, so a handled event costs two ledger round trips (plus
-its share of one batched ``XREADGROUP``):
+delivery to acknowledgment; the worker sends them batched (``begin_many`` for a
+read batch, ``finish_many`` for a settle group, below), so a handled event costs
+a share of two script calls and of one ``XREADGROUP``:
 
 - ``begin``: classify once (``HSETNX @class``), claim every eligible invocation
   with the delivery's random token and a deadline on the server clock, and, when
@@ -12,7 +13,11 @@ its share of one batched ``XREADGROUP``):
   a claim that never ran), then settle;
 - ``malformed``: one placeholder DLQ entry per message (``@dlq``), then XACK;
 - ``renew`` (rare): extend a claim whose lease would not cover its handler's
-  timeout after a slow container start.
+  timeout after a slow container start;
+- ``begin_many`` / ``finish_many``: ``begin`` / ``finish`` for every message of a
+  batch in one script call (the batched core's path: one call claims a read
+  batch, one settles a group). Both loop the same Lua functions as the single
+  calls (``begin_step`` / ``finish_step`` in ``lua/common.lua``).
 
 Settling writes every missing DLQ entry together with its ``:dlq`` marker, then
 XACKs and gives the hash a TTL (``LEDGER_RETENTION``, 48 h by default); a failed DLQ
@@ -114,6 +119,34 @@ def _settlement(reply: Sequence[Any], rejected: tuple[str, ...] = ()) -> Settlem
     )
 
 
+def _begun(reply: Sequence[Any]) -> BeginResult:
+    classified, statuses, settled, unplanned = reply
+    return BeginResult(
+        newly_classified=int(classified) == 1,
+        statuses=tuple(
+            ClaimStatus(
+                field=_text(s[0]),
+                status=_text(s[1]),
+                attempt=int(s[2]),
+                until_ms=int(_text(s[3])),
+                previous=_text(s[4]),
+                newly=int(s[5]) == 1,
+            )
+            for s in statuses
+        ),
+        settlement=_settlement(settled),
+        unplanned=tuple(_text(f) for f in unplanned),
+    )
+
+
+def _finished(reply: Sequence[Any]) -> Settlement:
+    settled, rejected, replayed = reply
+    acked, written, error = settled
+    return _settlement(
+        [acked, list(replayed) + list(written), error], tuple(_text(r) for r in rejected)
+    )
+
+
 class RedisInvocationLedger:
     """:class:`relay.application.ports.InvocationLedger` on Redis."""
 
@@ -132,6 +165,8 @@ class RedisInvocationLedger:
         self._finish = scripts("finish")
         self._malformed = scripts("malformed")
         self._renew = scripts("renew")
+        self._begin_many = scripts("begin_many")
+        self._finish_many = scripts("finish_many")
 
     @property
     def round_trips(self) -> int:
@@ -147,12 +182,12 @@ class RedisInvocationLedger:
         fields = (ctx.group, ctx.consumer, ctx.message_id, ctx.timestamp, self._ttl)
         return keys, _pack(*fields, "1" if blocked else "0")
 
-    async def begin(self, request: BeginRequest) -> BeginResult:
-        keys, head = self._head(request.context, request.blocked)
+    def _begin_args(self, request: BeginRequest) -> list[str]:
+        _, head = self._head(request.context, request.blocked)
         claims = _RS.join(
             _pack(c.field, str(c.max_attempts), str(c.lease_ms)) for c in request.claims
         )
-        args = [
+        return [
             head,
             request.classification,
             request.token,
@@ -160,43 +195,31 @@ class RedisInvocationLedger:
             _records(request.gates),
             _records(request.released),
         ]
-        classified, statuses, settled, unplanned = await self._channel.call(self._begin, keys, args)
-        return BeginResult(
-            newly_classified=int(classified) == 1,
-            statuses=tuple(
-                ClaimStatus(
-                    field=_text(s[0]),
-                    status=_text(s[1]),
-                    attempt=int(s[2]),
-                    until_ms=int(_text(s[3])),
-                    previous=_text(s[4]),
-                    newly=int(s[5]) == 1,
-                )
-                for s in statuses
-            ),
-            settlement=_settlement(settled),
-            unplanned=tuple(_text(f) for f in unplanned),
-        )
 
-    async def finish(self, request: FinishRequest) -> Settlement:
-        keys, head = self._head(request.context, request.blocked)
+    def _finish_args(self, request: FinishRequest) -> list[str]:
+        _, head = self._head(request.context, request.blocked)
         reports = []
         for report in request.reports:
             kind, arg = _transition_args(report.transition)
             reports.append(_pack(report.field, str(report.attempt), kind, arg))
-        args = [
+        return [
             head,
             request.token,
             _RS.join(reports),
             _records(request.gates),
             _records(request.released),
         ]
+
+    async def begin(self, request: BeginRequest) -> BeginResult:
+        keys, _ = self._head(request.context, request.blocked)
+        reply = await self._channel.call(self._begin, keys, self._begin_args(request))
+        return _begun(reply)
+
+    async def finish(self, request: FinishRequest) -> Settlement:
+        keys, _ = self._head(request.context, request.blocked)
+        args = self._finish_args(request)
         args += [report.error for report in request.reports]
-        settled, rejected, replayed = await self._channel.call(self._finish, keys, args)
-        acked, written, error = settled
-        return _settlement(
-            [acked, list(replayed) + list(written), error], tuple(_text(r) for r in rejected)
-        )
+        return _finished(await self._channel.call(self._finish, keys, args))
 
     async def renew(self, request: RenewRequest) -> int:
         ctx = request.context
@@ -205,11 +228,40 @@ class RedisInvocationLedger:
         return int(await self._channel.call(self._renew, keys, args))
 
     async def begin_many(self, requests: Sequence[BeginRequest]) -> list[BeginResult]:
-        # TODO(batched core): one atomic call for the batch; today each in turn.
-        return [await self.begin(request) for request in requests]
+        """One ``begin_many`` script call for the batch (see ``lua/begin_many.lua``)."""
+        if not requests:
+            return []
+        if len(requests) == 1:
+            return [await self.begin(requests[0])]
+        keys, args = self._batch_keys(requests), []
+        for request in requests:
+            args += self._begin_args(request)
+        replies = await self._channel.call(self._begin_many, keys, args)
+        return [_begun(reply) for reply in replies]
 
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Settlement]:
-        return [await self.finish(request) for request in requests]
+        """One ``finish_many`` script call for the group (see ``lua/finish_many.lua``)."""
+        if not requests:
+            return []
+        if len(requests) == 1:
+            return [await self.finish(requests[0])]
+        keys, args = self._batch_keys(requests), []
+        for request in requests:
+            args += self._finish_args(request)
+            args.append(str(len(request.reports)))
+            args += [report.error for report in request.reports]
+        replies = await self._channel.call(self._finish_many, keys, args)
+        return [_finished(reply) for reply in replies]
+
+    @staticmethod
+    def _batch_keys(requests: Sequence[BeginRequest] | Sequence[FinishRequest]) -> list[str]:
+        """Every message's ledger hash, then the (shared) stream and DLQ."""
+        first = requests[0].context
+        keys = [
+            invocation_key(r.context.stream, r.context.group, r.context.message_id)
+            for r in requests
+        ]
+        return [*keys, first.stream, dlq_key(first.stream)]
 
     async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
         keys, head = self._head(request.context, False)
@@ -219,7 +271,8 @@ class RedisInvocationLedger:
 
 # Arguments are packed into a few strings (unit separator between fields, record
 # separator between records): encoding a command costs per argument, and a
-# handled event sends two script calls. Names never contain these control bytes.
+# handled event sends its share of two script calls. Names never contain these
+# control bytes.
 _FS = "\x1f"
 _RS = "\x1e"
 

@@ -1,6 +1,7 @@
 """Lua scripts on one dedicated, pipelined connection: the ledger's hot path.
 
-Every handled event makes two script calls (``begin`` and ``finish``). They go
+Every read batch makes one ``begin_many`` call and every settle group one
+``finish_many`` (single messages: ``begin`` and ``finish``). They go
 through :class:`ScriptChannel`, which speaks RESP itself on one connection of
 its own through an :class:`asyncio.Protocol`, with no task of its own:
 

@@ -201,3 +201,134 @@ local function settle(c, h, gates, released)
   acknowledge(c)
   return {1, written, ''}
 end
+
+-- ledger_rules.begin for one message: classify once, claim every eligible
+-- invocation, report the recorded invocations nobody asked about, settle if
+-- nothing was claimed. ``clock`` reads the server clock (once per script).
+-- a: classification, token, claims (records "field FS max_attempts FS lease_ms"
+-- joined by RS), gates (joined by RS), released (joined by RS).
+local function begin_step(c, clock, classification, token, claims_s, gates_s, released_s)
+  local h = load_hash(c.ledger)
+  local classified = 0
+  if h[CLASS_FIELD] == nil then
+    hset(c, h, CLASS_FIELD, classification .. '#' .. token)
+    classified = 1
+  elseif stamp_token(h[CLASS_FIELD]) == token then
+    classified = 1 -- this very call, re-sent
+  end
+  local now = clock()
+  local statuses = {}
+  local claimed = 0
+  local asked = {}
+  for _, record in ipairs(split(claims_s, RS)) do
+    local r = split(record, FS)
+    local f, max_attempts, lease = r[1], math.max(1, tonumber(r[2])), tonumber(r[3])
+    asked[f] = true
+    local prev = h[f]
+    local kind, deadline, attempt, tok = parse(prev)
+    if kind == 'running' and tok == token and now < deadline then
+      -- this very call, re-sent: the claim is ours already
+      local previous = ''
+      if attempt > 1 then
+        local at = h['@at:' .. f]
+        local i = at and string.find(at, '#', 1, true)
+        local ms = int(at and (i and string.sub(at, 1, i - 1) or at))
+        previous = 'next_attempt_at:' .. fmt(ms or 0) .. '#' .. fmt(attempt - 1)
+      end
+      table.insert(statuses, {f, 'claimed', attempt, fmt(deadline), previous, 0})
+      claimed = claimed + 1
+    elseif kind == 'ok' then
+      table.insert(statuses, {f, 'ok', 0, 0, '', 0})
+    elseif kind == 'exhausted' then
+      table.insert(statuses, {f, 'exhausted', attempt, 0, '', 0})
+    elseif (kind == 'running' or kind == 'backoff') and now < deadline then
+      table.insert(statuses, {f, kind, attempt, fmt(deadline), '', 0})
+    elseif (kind == 'running' or kind == 'backoff') and attempt >= max_attempts then
+      hset2(c, h, f, 'exhausted:' .. fmt(attempt), '@err:' .. f,
+        string.format(EXHAUSTED_REASON, attempt, string.format(EXPIRED_DETAIL, attempt)))
+      table.insert(statuses, {f, 'exhausted', attempt, 0, '', 1})
+    else
+      local next_attempt = 1
+      if kind == 'running' or kind == 'backoff' then next_attempt = attempt + 1 end
+      hset2(c, h, f, 'running:' .. fmt(now + lease) .. '#' .. fmt(next_attempt) .. '#' .. token,
+        '@at:' .. f, fmt(now) .. '#' .. token)
+      table.insert(statuses, {f, 'claimed', next_attempt, fmt(now + lease), prev or '', 0})
+      claimed = claimed + 1
+    end
+  end
+  local gates, released = split(gates_s, RS), split(released_s, RS)
+  for _, f in ipairs(gates) do asked[f] = true end
+  for _, f in ipairs(released) do asked[f] = true end
+  local unplanned = {}
+  for f, v in pairs(h) do
+    if is_invocation(f) and not asked[f] then
+      local kind = parse(v)
+      if kind ~= 'ok' and kind ~= 'exhausted' then table.insert(unplanned, f) end
+    end
+  end
+  table.sort(unplanned)
+  local settled = {0, {}, ''}
+  if claimed == 0 then settled = settle(c, h, gates, released) end
+  return {classified, statuses, settled, unplanned}
+end
+
+-- ledger_rules.finish for one message: apply each fenced attempt report, then
+-- settle. reports: records "field FS attempt FS kind FS arg" joined by RS, with
+-- errs[i] the free-text reason of report i (kept as the DLQ reason when it
+-- exhausts). kind: ok | retry (arg = backoff ms) | exhaust | release (arg = the
+-- marker the claim replaced, '' = absent). ``clock`` is read only when a retry
+-- needs a deadline.
+local function finish_step(c, clock, token, reports_s, gates_s, released_s, errs)
+  local h = load_hash(c.ledger)
+  local rejected, replayed = {}, {}
+
+  -- Whether this report was applied by an earlier send of this same call.
+  local function applied_before(f, kind, attempt, arg, err, mkind, mattempt)
+    if kind == 'release' then return h['@at:' .. f] == nil and (h[f] or '') == arg end
+    if stamp_token(h['@at:' .. f]) ~= token then return false end
+    if kind == 'ok' then return mkind == 'ok' end
+    if kind == 'retry' then return mkind == 'backoff' and mattempt == attempt end
+    if kind == 'exhaust' then
+      return mkind == 'exhausted' and mattempt == attempt and h['@err:' .. f] == err
+    end
+    return false
+  end
+
+  for i, record in ipairs(split(reports_s, RS)) do
+    local r = split(record, FS)
+    local f, attempt, kind, arg = r[1], tonumber(r[2]), r[3], r[4] or ''
+    local err = errs[i]
+    local mkind, _, mattempt, mlast = parse(h[f]) -- mlast: the token, or the :dlq flag
+    if mkind == 'running' and mattempt == attempt and mlast == token then
+      if kind == 'ok' then
+        hset(c, h, f, 'ok')
+      elseif kind == 'retry' then
+        hset(c, h, f, 'next_attempt_at:' .. fmt(clock() + tonumber(arg)) .. '#' .. fmt(attempt))
+      elseif kind == 'exhaust' then
+        hset2(c, h, f, 'exhausted:' .. fmt(attempt), '@err:' .. f, err)
+      else -- release: what the claim replaced comes back as it was
+        if arg == '' then hdel(c, h, f) else hset(c, h, f, arg) end
+        hdel(c, h, '@at:' .. f)
+      end
+    elseif applied_before(f, kind, attempt, arg, err, mkind, mattempt) then
+      local entry = h['@dlq:' .. f]
+      if mkind == 'exhausted' and mlast and entry and entry ~= '' then
+        table.insert(replayed, {f, mattempt, entry, h['@err:' .. f] or ''})
+      end
+    else
+      table.insert(rejected, f)
+    end
+  end
+  local settled = settle(c, h, split(gates_s, RS), split(released_s, RS))
+  return {settled, rejected, replayed}
+end
+
+-- The server clock, read at most once per script (every message of a batch sees
+-- the same instant, as one call would).
+local function once_clock()
+  local now = nil
+  return function()
+    now = now or now_ms()
+    return now
+  end
+end
