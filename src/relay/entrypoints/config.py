@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from relay.domain.durations import MINUTE, SECOND, DurationError, parse_duration
+from relay.domain.durations import MINUTE, SECOND, DurationError, parse_setting_duration
 from relay.domain.errors import ConfigError
 from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
 
@@ -197,16 +197,16 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         redis=_delivery(c, broker, need_stream=True, need_group=True),
         broker=broker,
         stream_retention_ns=c.parse(
-            "REDIS_STREAM_RETENTION", positive_duration, None, "a positive Go duration such as 6h"
+            "REDIS_STREAM_RETENTION", positive_duration, None, "a positive duration such as 6h"
         ),
         dlq_retention_ns=c.parse(
-            "DLQ_RETENTION", positive_duration, None, "a positive Go duration such as 168h"
+            "DLQ_RETENTION", positive_duration, None, "a positive duration such as 168h or 7d"
         ),
         ledger_retention_ns=c.parse(
             "LEDGER_RETENTION",
             parse_ledger_retention,
             LEDGER_RETENTION_NS,
-            "a Go duration of at least 1h, such as 12h",
+            "a duration of at least 1h, such as 12h or 7d",
         ),
         metrics_addr=c.parse("METRICS_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
         git_webhook_addr=c.parse("GIT_WEBHOOK_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
@@ -218,7 +218,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             "WARM_CONTAINER_IDLE_TIMEOUT",
             positive_duration,
             5 * MINUTE,
-            "a positive Go duration such as 90s or 5m",
+            "a positive duration such as 90s or 5m",
         ),
         max_event_bytes=c.parse(
             "MAX_EVENT_BYTES",
@@ -230,7 +230,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             "SHUTDOWN_GRACE",
             non_negative_duration,
             DEFAULT_SHUTDOWN_GRACE_NS,
-            "a Go duration of 0s or more, such as 30s or 2m",
+            "a duration of 0s or more, such as 30s or 2m",
         ),
         traefik=TraefikSettings(
             network=c.raw("TRAEFIK_NETWORK"),
@@ -322,6 +322,11 @@ def _delivery(
 
 def _redis(c: _Collector, *, need_stream: bool, need_group: bool) -> RedisSettings:
     """``REDIS_URI`` (required, validated), and the stream and group when needed."""
+    if not any(c.raw(name) for name in ("RELAY_BROKER", *_REDIS_VARIABLES)):
+        # nothing chosen at all (a first run): one line that names both ways to start,
+        # instead of three "is required" lines that never mention the embedded broker
+        c.problems.append(_NO_BROKER)
+        return RedisSettings(url="", stream="", group="")
     uri = c.required("REDIS_URI", _REDIS_URI_ACCEPTS)
     stream = c.required("REDIS_STREAM", "the name of the stream to consume") if need_stream else ""
     group = c.required("REDIS_GROUP", "the consumer group name") if need_group else ""
@@ -333,7 +338,13 @@ def _redis(c: _Collector, *, need_stream: bool, need_group: bool) -> RedisSettin
     return RedisSettings(url=url, stream=stream, group=group)
 
 
-_TEST_ONLY = "a positive Go duration (a test-only setting)"
+_TEST_ONLY = "a positive duration (a test-only setting)"
+_REDIS_VARIABLES = ("REDIS_URI", "REDIS_STREAM", "REDIS_GROUP")
+_NO_BROKER = (
+    "REDIS_URI is required: host:port, redis://[user:password@]host:port or rediss://..."
+    " (with REDIS_STREAM and REDIS_GROUP); no broker is configured: to run without Redis,"
+    " start on the embedded broker with `relay start --embedded` (RELAY_BROKER=sqlite)"
+)
 _REDIS_URI_ACCEPTS = "host:port, redis://[user:password@]host:port or rediss://..."
 _ADDR_ACCEPTS = "a listen address host:port or :port, with a port from 1 to 65535"
 
@@ -425,7 +436,7 @@ def positive_int(value: str) -> int:
 
 def positive_duration(value: str) -> int:
     try:
-        ns = parse_duration(value)
+        ns = parse_setting_duration(value)
     except DurationError:
         raise ValueError(value) from None
     if ns <= 0:
@@ -435,7 +446,7 @@ def positive_duration(value: str) -> int:
 
 def non_negative_duration(value: str) -> int:
     try:
-        ns = parse_duration(value)
+        ns = parse_setting_duration(value)
     except DurationError:
         raise ValueError(value) from None
     if ns < 0:

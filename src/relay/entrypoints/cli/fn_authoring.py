@@ -24,7 +24,7 @@ from relay.domain.names import function_name_problem
 from relay.domain.patterns import parse_rfc3339
 from relay.domain.source import FINGERPRINT_HEX_LEN, image_tag
 from relay.domain.template import Template
-from relay.entrypoints.cli.common import EXIT_FAILURE, fail, out
+from relay.entrypoints.cli.common import EXIT_FAILURE, fail, out, usage
 from relay.entrypoints.cli.event_input import EventOption, FileOption, read_event_argument
 from relay.entrypoints.cli.fn_match import (
     DryFlags,
@@ -175,7 +175,7 @@ def match(  # noqa: PLR0917 - a typer command: its options are its parameters
     if at is not None:
         instant = parse_rfc3339(at)
         if instant is None:
-            fail(f"--at: {json.dumps(at)} is not an RFC3339 timestamp (e.g. 2026-09-12T10:00:00Z)")
+            usage(f"--at: {json.dumps(at)} is not an RFC3339 timestamp (e.g. 2026-09-12T10:00:00Z)")
         now = instant
     request = dry_request(
         DryFlags(from_stream, from_dlq, since, limit, explain=explain, as_json=as_json),
