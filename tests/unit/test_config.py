@@ -191,6 +191,22 @@ def test_log_level_rejected(value: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "log_format"),
+    [("", "console"), ("json", "json"), (" LOGFMT ", "logfmt"), ("Console", "console")],
+)
+def test_log_format_accepted(value: str, log_format: str) -> None:
+    assert load_settings({**BASE, "LOG_FORMAT": value}).log_format == log_format
+
+
+@pytest.mark.parametrize("value", ["text", "slog", "yaml", "jsonl"])
+def test_log_format_rejected_in_one_line(value: str) -> None:
+    """Row 278."""
+    assert rejects("LOG_FORMAT", value) == (
+        f"LOG_FORMAT={value!r} is invalid: one of console, logfmt, json"
+    )
+
+
+@pytest.mark.parametrize(
     ("value", "networks"),
     [
         ("backend,monitoring", ("backend", "monitoring")),

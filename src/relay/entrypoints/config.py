@@ -23,6 +23,7 @@ from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
 T = TypeVar("T")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
+LOG_FORMATS = ("console", "logfmt", "json")  # relay.entrypoints.logging draws each
 KIB = 1024
 MIB = 1024 * KIB
 DEFAULT_MAX_EVENT_BYTES = 256 * KIB
@@ -134,6 +135,7 @@ class Settings:
     metrics_addr: ListenAddress | None = None
     git_webhook_addr: ListenAddress | None = None
     log_level: str = "INFO"
+    log_format: str = "console"
     max_concurrency: int = 8
     max_buffered_events: int = 16
     networks: tuple[str, ...] = ()
@@ -211,6 +213,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         metrics_addr=c.parse("METRICS_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
         git_webhook_addr=c.parse("GIT_WEBHOOK_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
         log_level=c.parse("LOG_LEVEL", parse_log_level, "INFO", "one of DEBUG, INFO, WARN, ERROR"),
+        log_format=c.parse(
+            "LOG_FORMAT", parse_log_format, "console", "one of " + ", ".join(LOG_FORMATS)
+        ),
         max_concurrency=c.parse("MAX_CONCURRENCY", positive_int, 8, "a positive integer"),
         max_buffered_events=c.parse("MAX_BUFFERED_EVENTS", positive_int, 16, "a positive integer"),
         networks=parse_list(env.get("NETWORKS", "")),
@@ -422,6 +427,13 @@ def parse_log_level(value: str) -> str:
     if level not in LOG_LEVELS:
         raise ValueError(value)
     return level
+
+
+def parse_log_format(value: str) -> str:
+    log_format = value.strip().lower()
+    if log_format not in LOG_FORMATS:
+        raise ValueError(value)
+    return log_format
 
 
 def positive_int(value: str) -> int:

@@ -49,7 +49,7 @@ def main(env: Mapping[str, str], functions_dir: Path) -> int:
         for line in str(exc).splitlines():
             sys.stderr.write(f"relay: {line}\n")
         return EXIT_FAILURE
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, log_format=settings.log_format)
     try:
         anyio.run(run, settings, functions_dir, backend_options=loop_options())
     except RelayError as exc:
