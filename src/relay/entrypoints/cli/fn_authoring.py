@@ -36,6 +36,7 @@ from relay.entrypoints.cli.fn_match import (
     dry_request,
     run_dry,
 )
+from relay.entrypoints.cli.fn_validate import Checked, FormatOption, chosen_format, report
 from relay.entrypoints.cli.json_output import JsonFlag
 
 
@@ -131,25 +132,20 @@ def validate(
         list[Path],
         typer.Argument(help="Function directories, or functions directories to validate."),
     ],
+    as_json: JsonFlag = False,
+    output_format: FormatOption = None,
 ) -> None:
     """Validate function directories without Docker or Redis (exit 1 if any is invalid)."""
-    failed = False
+    chosen = chosen_format(as_json, output_format)
+    checked: list[Checked] = []
     for path in paths:
         try:
             functions = discover(path)
         except PathNotFound as exc:
-            typer.echo(f"relay: {exc}", err=True)
-            failed = True
+            checked.append(Checked(path, str(exc), []))
             continue
-        for name, directory in functions:
-            loaded = load(name, directory)
-            if loaded.problems:
-                failed = True
-                for problem in loaded.problems:
-                    out(f"{name}: {problem}")
-            else:
-                out(f"ok {name}")
-    if failed:
+        checked.append(Checked(path, None, [load(name, d) for name, d in functions]))
+    if report(checked, chosen):
         raise typer.Exit(EXIT_FAILURE)
 
 
