@@ -35,6 +35,7 @@ COMMANDS = {
     "git": Lazy(f"{_CLI}.git:app", "Sync /functions from a git repository."),
 }
 
+
 class _Root(OneLineErrors, RelayGroup):
     """The root group: tidy help (``help_format``), one-line usage errors (``common``)."""
 

@@ -16,31 +16,30 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from relay.adapters.fs.templates import TEMPLATE_FILE
-from relay.entrypoints.config import (
-    DEFAULT_FUNCTIONS_DIR,
-    load_broker_settings,
-    load_paths,
-)
+# Every command's load imports this module (lazy.py), so what a completion needs
+# is imported in the completion: running `relay publish` pays for none of it.
 
 LIMIT = 100  # ids offered at most: the newest, as `relay dlq ls` lists them
 _TIMEOUT_S = 0.5
 
 
 def function_names() -> list[str]:
+    from relay.entrypoints.config import DEFAULT_FUNCTIONS_DIR, load_paths
+
     names = set(_sqlite(load_paths(os.environ).database, "SELECT name FROM functions"))
     for root in (DEFAULT_FUNCTIONS_DIR, Path("functions")):
         with contextlib.suppress(OSError):
-            names.update(d.name for d in root.iterdir() if (d / TEMPLATE_FILE).is_file())
+            names.update(d.name for d in root.iterdir() if (d / "template.yaml").is_file())
     return sorted(names)
 
 
 def dlq_ids() -> list[str]:
+    from relay.entrypoints.config import load_broker_settings
+
     try:
         broker, redis = load_broker_settings(os.environ, need_group=False)
     except Exception:  # noqa: BLE001 - no settings: nothing to offer
@@ -69,6 +68,8 @@ def _redis_dlq_ids(url: str, stream: str) -> list[str]:
 
 
 def _sqlite(path: Path, sql: str) -> list[str]:
+    import sqlite3
+
     if not path.is_file():
         return []  # reading must not create the file
     try:
