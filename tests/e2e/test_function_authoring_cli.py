@@ -187,8 +187,11 @@ def test_match_rejects_non_object_events(functions: Path, payload: str, message:
 
 def test_match_event_and_file_are_exclusive(functions: Path, tmp_path: Path) -> None:
     result = run("function", "match", str(functions), "--event", "{}", "--file", str(tmp_path))
-    assert result.returncode == 1
-    assert result.stderr == "relay: --event and --file are mutually exclusive; give one\n"
+    assert result.returncode == 2  # a wrong command line (row 276)
+    assert result.stderr == (
+        "relay: --event and --file are mutually exclusive; give one"
+        " (see 'relay function match --help')\n"
+    )
 
 
 def test_match_with_an_interactive_terminal_fails_fast(functions: Path) -> None:
@@ -279,7 +282,7 @@ def test_match_at_a_given_instant(functions: Path) -> None:
         '"2026-09-12T09:58:00Z" is not after now()-5m (2026-09-12T09:58:00Z)'
     ) in later.stdout.splitlines()
     bad = run("function", "match", target, "--event", event, "--at", "yesterday")
-    assert bad.returncode == 1
+    assert bad.returncode == 2  # a wrong command line (row 276)
     assert bad.stderr.startswith('relay: --at: "yesterday" is not an RFC3339 timestamp')
 
 

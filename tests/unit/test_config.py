@@ -59,15 +59,30 @@ def test_required_redis_variables(var: str, value: str | None) -> None:
 
 def test_all_problems_reported_one_line_each() -> None:
     with pytest.raises(ConfigError) as info:
-        load_settings({"MAX_CONCURRENCY": "0"})
+        load_settings({"MAX_CONCURRENCY": "0", "LOG_LEVEL": "loud"})
     lines = str(info.value).splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 3
     assert {line.split()[0] for line in lines} == {
         "REDIS_URI",
-        "REDIS_STREAM",
-        "REDIS_GROUP",
         "MAX_CONCURRENCY='0'",
+        "LOG_LEVEL='loud'",
     }
+
+
+def test_no_broker_at_all_is_one_line_naming_the_embedded_broker() -> None:
+    """Row 275: a first `relay start` with nothing set says how to start without Redis."""
+    with pytest.raises(ConfigError) as info:
+        load_settings({})
+    [line] = str(info.value).splitlines()
+    assert line.startswith("REDIS_URI is required: host:port")
+    assert "relay start --embedded" in line
+
+
+def test_some_redis_setting_given_keeps_the_line_per_missing_variable() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings({"REDIS_GROUP": "relay"})
+    lines = str(info.value).splitlines()
+    assert [line.split()[0] for line in lines] == ["REDIS_URI", "REDIS_STREAM"]
 
 
 @pytest.mark.parametrize(
@@ -125,6 +140,8 @@ def test_positive_integers_rejected(var: str, value: str) -> None:
         ("1.5s", 1_500_000_000),
         ("5m", 5 * MINUTE),
         ("300ms", 300_000_000),
+        ("7d", 7 * 24 * HOUR),
+        ("1d12h", 36 * HOUR),
     ],
 )
 def test_durations_accepted(value: str, ns: int) -> None:
@@ -136,9 +153,9 @@ def test_durations_accepted(value: str, ns: int) -> None:
 
 
 @pytest.mark.parametrize("var", ["WARM_CONTAINER_IDLE_TIMEOUT", "REDIS_STREAM_RETENTION"])
-@pytest.mark.parametrize("value", ["300", "0s", "0", "-5m", "5 minutes", "1d", "abc", "m"])
+@pytest.mark.parametrize("value", ["300", "0s", "0", "-5m", "5 minutes", "1 d", "abc", "m"])
 def test_durations_rejected(var: str, value: str) -> None:
-    assert "positive Go duration" in rejects(var, value)
+    assert "positive duration" in rejects(var, value)
 
 
 @pytest.mark.parametrize("var", ["WARM_CONTAINER_IDLE_TIMEOUT", "REDIS_STREAM_RETENTION"])
@@ -157,7 +174,7 @@ def test_ledger_retention_accepted(value: str, ns: int) -> None:
 
 @pytest.mark.parametrize("value", ["59m", "30s", "0", "0h", "-2h", "48", "two days"])
 def test_ledger_retention_rejected(value: str) -> None:
-    assert "a Go duration of at least 1h" in rejects("LEDGER_RETENTION", value)
+    assert "a duration of at least 1h" in rejects("LEDGER_RETENTION", value)
 
 
 @pytest.mark.parametrize(
@@ -171,6 +188,22 @@ def test_log_level_accepted(value: str, level: str) -> None:
 @pytest.mark.parametrize("value", ["WARNING", "TRACE", "verbose", "1"])
 def test_log_level_rejected(value: str) -> None:
     assert "DEBUG, INFO, WARN, ERROR" in rejects("LOG_LEVEL", value)
+
+
+@pytest.mark.parametrize(
+    ("value", "log_format"),
+    [("", "console"), ("json", "json"), (" LOGFMT ", "logfmt"), ("Console", "console")],
+)
+def test_log_format_accepted(value: str, log_format: str) -> None:
+    assert load_settings({**BASE, "LOG_FORMAT": value}).log_format == log_format
+
+
+@pytest.mark.parametrize("value", ["text", "slog", "yaml", "jsonl"])
+def test_log_format_rejected_in_one_line(value: str) -> None:
+    """Row 278."""
+    assert rejects("LOG_FORMAT", value) == (
+        f"LOG_FORMAT={value!r} is invalid: one of console, logfmt, json"
+    )
 
 
 @pytest.mark.parametrize(
@@ -303,8 +336,8 @@ def test_shutdown_grace_accepted(value: str, ns: int) -> None:
     assert load_settings({**BASE, "SHUTDOWN_GRACE": value}).shutdown_grace_ns == ns
 
 
-@pytest.mark.parametrize("value", ["30", "-5s", "5 minutes", "1d", "abc", "s"])
+@pytest.mark.parametrize("value", ["30", "-5s", "5 minutes", "1 d", "abc", "s"])
 def test_shutdown_grace_rejected(value: str) -> None:
     assert rejects("SHUTDOWN_GRACE", value) == (
-        f"SHUTDOWN_GRACE={value!r} is invalid: a Go duration of 0s or more, such as 30s or 2m"
+        f"SHUTDOWN_GRACE={value!r} is invalid: a duration of 0s or more, such as 30s or 2m"
     )

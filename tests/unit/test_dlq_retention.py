@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from relay.application.dlq_retention import DeadLetterRetention
+from relay.domain.dlq_selection import parse_time_bound
 from relay.domain.durations import HOUR
 from relay.domain.errors import ConfigError
 from relay.entrypoints.config import load_settings
@@ -20,12 +21,19 @@ def test_dlq_retention_is_off_unless_set() -> None:
     assert load_settings({**BASE, "DLQ_RETENTION": "168h"}).dlq_retention_ns == 168 * HOUR
 
 
-@pytest.mark.parametrize("value", ["7", "0s", "-1h", "7 days", "1d", "forever"])
+def test_dlq_retention_takes_days_as_dlq_ls_since_does() -> None:
+    # one parser for every duration an operator types (relay.domain.durations)
+    assert load_settings({**BASE, "DLQ_RETENTION": "7d"}).dlq_retention_ns == 168 * HOUR
+    now_ms = 10**13
+    assert parse_time_bound("--since", "7d", now_ms=now_ms) == now_ms - 168 * HOUR // 10**6
+
+
+@pytest.mark.parametrize("value", ["7", "0s", "-1h", "7 days", "1w", "forever"])
 def test_a_bad_dlq_retention_is_one_line_naming_the_variable(value: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings({**BASE, "DLQ_RETENTION": value})
     message = str(caught.value)
-    assert message == (f"DLQ_RETENTION={value!r} is invalid: a positive Go duration such as 168h")
+    assert message == f"DLQ_RETENTION={value!r} is invalid: a positive duration such as 168h or 7d"
 
 
 class InMemoryDeadLetters:

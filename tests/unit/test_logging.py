@@ -1,9 +1,12 @@
-"""The slog-style line format and LOG_LEVEL filtering."""
+"""The slog-style line format, LOG_LEVEL filtering and each LOG_FORMAT parsed back."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import re
+import shlex
 import threading
 from functools import partial
 
@@ -98,3 +101,60 @@ async def test_a_stderr_nobody_reads_never_blocks_the_loop_and_drops_are_said() 
     said = [int(line.split()[1]) for line in lines if line.startswith("relay: ")]
     assert sum(said) == writer.dropped
     assert len([line for line in lines if "msg=flooded" in line]) + writer.dropped == 20_000
+
+
+# --- LOG_FORMAT -----------------------------------------------------------------
+def _logged(log_format: str) -> list[str]:
+    out = io.StringIO()
+    configure_logging("INFO", stream=out, log_format=log_format)
+    log = structlog.get_logger("t")
+    log.info("functions_loaded", count=3, function="user-events", error='bad "q"\nnext', ok=True)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("failed", function="f")
+    return out.getvalue().splitlines()
+
+
+def _logfmt_pairs(line: str) -> dict[str, str]:
+    # shlex reads logfmt's quoting (double quotes, backslash escapes) as a shell does
+    return dict(word.split("=", 1) for word in shlex.split(line))
+
+
+_MS_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def test_json_lines_load_back_with_the_same_keys() -> None:
+    first, second = (json.loads(line) for line in _logged("json"))
+    assert list(first)[:3] == ["time", "level", "msg"]
+    assert _MS_UTC.fullmatch(first["time"])
+    assert first | {"time": None} == {
+        "time": None, "level": "INFO", "msg": "functions_loaded", "count": 3,
+        "function": "user-events", "error": 'bad "q"\nnext', "ok": True,
+    }  # fmt: skip
+    assert (second["level"], second["msg"], second["error"]) == ("ERROR", "failed",
+                                                                 "ValueError: boom")  # fmt: skip
+
+
+@pytest.mark.parametrize("log_format", ["logfmt", "console"])
+def test_logfmt_and_console_lines_parse_back_as_pairs(log_format: str) -> None:
+    first, second = (_logfmt_pairs(line) for line in _logged(log_format))
+    assert list(first)[:3] == ["time", "level", "msg"]
+    assert _MS_UTC.fullmatch(first["time"])
+    assert (first["level"], first["msg"], first["count"]) == ("INFO", "functions_loaded", "3")
+    assert first["error"] == 'bad "q"\\nnext'  # one line: the newline stays escaped
+    assert (second["level"], second["error"]) == ("ERROR", "ValueError: boom")
+
+
+def test_the_console_format_is_todays_slog_text() -> None:
+    [line, _] = _logged("console")
+    assert re.fullmatch(
+        r'time=\S+Z level=INFO msg=functions_loaded count=3 function=user-events '
+        r'error="bad \\"q\\"\\nnext" ok=True', line)  # fmt: skip
+
+
+def test_capture_logs_sees_the_fields_whatever_the_format() -> None:
+    configure_logging("INFO", stream=io.StringIO(), log_format="json")
+    with structlog.testing.capture_logs() as captured:
+        structlog.get_logger("t").warning("dlq_trim_failed", error="redis down")
+    assert captured == [{"event": "dlq_trim_failed", "error": "redis down", "log_level": "warning"}]

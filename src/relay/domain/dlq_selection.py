@@ -6,10 +6,10 @@ and every bulk command filters with it, so ``ls`` shows exactly what ``rm`` or
 ``replay`` with the same flags would touch. Times compare against when the entry
 was written: the millisecond part of its id, which both brokers assign at write.
 
-A time bound is either a Go duration (or whole days, ``7d``) counted back from
-now (``--since 1h``) or an
-absolute RFC 3339 time (``--until 2026-01-02T03:04:05Z``; a bare date means its
-midnight UTC). Parsing is pure: ``now_ms`` comes in as an argument.
+A time bound is either a duration (``1h``, ``7d``: ``parse_setting_duration``)
+counted back from now (``--since 1h``) or an absolute RFC 3339 time
+(``--until 2026-01-02T03:04:05Z``; a bare date means its midnight UTC).
+Parsing is pure: ``now_ms`` comes in as an argument.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Final
 
-from relay.domain.durations import MILLISECOND, DurationError, parse_duration
+from relay.domain.durations import MILLISECOND, DurationError, parse_setting_duration
 
 __all__ = [
     "InvalidSelection",
@@ -94,11 +94,8 @@ class Selection:
 def parse_time_bound(flag: str, text: str, *, now_ms: int) -> int:
     """``1h`` (that long before ``now_ms``) or an RFC 3339 time, as epoch milliseconds."""
     value = text.strip()
-    days = re.fullmatch(r"(\d+)d", value)
-    if days:  # operators say 7d; Go durations stop at hours
-        return now_ms - int(days[1]) * 86_400_000
     try:
-        ns = parse_duration(value)
+        ns = parse_setting_duration(value)
     except DurationError:
         pass
     else:

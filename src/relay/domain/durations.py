@@ -6,6 +6,12 @@ A bare number such as ``300`` is not a duration (Go only accepts the bare ``0``;
 reject it too for settings, where a unitless zero is always a mistake).
 
 Durations are integer nanoseconds, like Go's, so arithmetic never drifts.
+
+What an operator types (every duration flag and environment variable) is read by
+:func:`parse_setting_duration`: the same syntax plus ``d`` for 24 hours (``7d``,
+``1d12h``), because retention is said in days. Template timeouts and ``now()``
+offsets stay exactly Go's (:func:`parse_duration`), as the spec fixes them.
+docs/configuration.md (Durations) documents the syntax once.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ MILLISECOND = 1_000_000
 SECOND = 1_000_000_000
 MINUTE = 60 * SECOND
 HOUR = 60 * MINUTE
+DAY = 24 * HOUR
 
 _UNITS: dict[str, int] = {
     "ns": NANOSECOND,
@@ -28,8 +35,10 @@ _UNITS: dict[str, int] = {
     "s": SECOND,
     "m": MINUTE,
     "h": HOUR,
+    "d": DAY,  # parse_setting_duration only: Go's syntax has no days
 }
 _PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_PART_OR_DAYS = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h|d)")
 _MAX = (1 << 63) - 1
 
 
@@ -39,6 +48,16 @@ class DurationError(ValueError):
 
 def parse_duration(text: str) -> int:
     """Parse a Go duration into integer nanoseconds; raise :class:`DurationError`."""
+    return _parse(text, _PART)
+
+
+def parse_setting_duration(text: str) -> int:
+    """A duration an operator typed (a flag or an environment variable): Go's
+    syntax plus ``d`` (24 hours), in integer nanoseconds; raise :class:`DurationError`."""
+    return _parse(text, _PART_OR_DAYS)
+
+
+def _parse(text: str, part: re.Pattern[str]) -> int:
     s = text.strip()
     if not s:
         raise DurationError("empty duration")
@@ -51,7 +70,7 @@ def parse_duration(text: str) -> int:
     total = 0
     pos = 0
     while pos < len(s):
-        m = _PART.match(s, pos)
+        m = part.match(s, pos)
         if m is None:
             raise DurationError(f"invalid duration {text!r}")
         number, unit = m.group(1), m.group(2)

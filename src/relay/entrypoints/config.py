@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from relay.domain.durations import MINUTE, SECOND, DurationError, parse_duration
+from relay.domain.durations import MINUTE, SECOND, DurationError, parse_setting_duration
 from relay.domain.errors import ConfigError
 from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
 from relay.domain.template_services import hostname_problem
@@ -24,6 +24,7 @@ from relay.domain.template_services import hostname_problem
 T = TypeVar("T")
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
+LOG_FORMATS = ("console", "logfmt", "json")  # relay.entrypoints.logging draws each
 KIB = 1024
 MIB = 1024 * KIB
 DEFAULT_MAX_EVENT_BYTES = 256 * KIB
@@ -149,6 +150,7 @@ class Settings:
     metrics_addr: ListenAddress | None = None
     git_webhook_addr: ListenAddress | None = None
     log_level: str = "INFO"
+    log_format: str = "console"
     max_concurrency: int = 8
     max_buffered_events: int = 16
     networks: tuple[str, ...] = ()
@@ -216,20 +218,23 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         redis=_delivery(c, broker, need_stream=True, need_group=True),
         broker=broker,
         stream_retention_ns=c.parse(
-            "REDIS_STREAM_RETENTION", positive_duration, None, "a positive Go duration such as 6h"
+            "REDIS_STREAM_RETENTION", positive_duration, None, "a positive duration such as 6h"
         ),
         dlq_retention_ns=c.parse(
-            "DLQ_RETENTION", positive_duration, None, "a positive Go duration such as 168h"
+            "DLQ_RETENTION", positive_duration, None, "a positive duration such as 168h or 7d"
         ),
         ledger_retention_ns=c.parse(
             "LEDGER_RETENTION",
             parse_ledger_retention,
             LEDGER_RETENTION_NS,
-            "a Go duration of at least 1h, such as 12h",
+            "a duration of at least 1h, such as 12h or 7d",
         ),
         metrics_addr=c.parse("METRICS_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
         git_webhook_addr=c.parse("GIT_WEBHOOK_ADDR", parse_listen_address, None, _ADDR_ACCEPTS),
         log_level=c.parse("LOG_LEVEL", parse_log_level, "INFO", "one of DEBUG, INFO, WARN, ERROR"),
+        log_format=c.parse(
+            "LOG_FORMAT", parse_log_format, "console", "one of " + ", ".join(LOG_FORMATS)
+        ),
         max_concurrency=c.parse("MAX_CONCURRENCY", positive_int, 8, "a positive integer"),
         max_buffered_events=c.parse("MAX_BUFFERED_EVENTS", positive_int, 16, "a positive integer"),
         networks=parse_list(env.get("NETWORKS", "")),
@@ -237,7 +242,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             "WARM_CONTAINER_IDLE_TIMEOUT",
             positive_duration,
             5 * MINUTE,
-            "a positive Go duration such as 90s or 5m",
+            "a positive duration such as 90s or 5m",
         ),
         max_event_bytes=c.parse(
             "MAX_EVENT_BYTES",
@@ -249,7 +254,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             "SHUTDOWN_GRACE",
             non_negative_duration,
             DEFAULT_SHUTDOWN_GRACE_NS,
-            "a Go duration of 0s or more, such as 30s or 2m",
+            "a duration of 0s or more, such as 30s or 2m",
         ),
         traefik=TraefikSettings(
             network=c.parse("TRAEFIK_NETWORK", parse_traefik_name, None, _NAME_ACCEPTS),
@@ -344,6 +349,11 @@ def _delivery(
 
 def _redis(c: _Collector, *, need_stream: bool, need_group: bool) -> RedisSettings:
     """``REDIS_URI`` (required, validated), and the stream and group when needed."""
+    if not any(c.raw(name) for name in ("RELAY_BROKER", *_REDIS_VARIABLES)):
+        # nothing chosen at all (a first run): one line that names both ways to start,
+        # instead of three "is required" lines that never mention the embedded broker
+        c.problems.append(_NO_BROKER)
+        return RedisSettings(url="", stream="", group="")
     uri = c.required("REDIS_URI", _REDIS_URI_ACCEPTS)
     stream = c.required("REDIS_STREAM", "the name of the stream to consume") if need_stream else ""
     group = c.required("REDIS_GROUP", "the consumer group name") if need_group else ""
@@ -355,7 +365,13 @@ def _redis(c: _Collector, *, need_stream: bool, need_group: bool) -> RedisSettin
     return RedisSettings(url=url, stream=stream, group=group)
 
 
-_TEST_ONLY = "a positive Go duration (a test-only setting)"
+_TEST_ONLY = "a positive duration (a test-only setting)"
+_REDIS_VARIABLES = ("REDIS_URI", "REDIS_STREAM", "REDIS_GROUP")
+_NO_BROKER = (
+    "REDIS_URI is required: host:port, redis://[user:password@]host:port or rediss://..."
+    " (with REDIS_STREAM and REDIS_GROUP); no broker is configured: to run without Redis,"
+    " start on the embedded broker with `relay start --embedded` (RELAY_BROKER=sqlite)"
+)
 _REDIS_URI_ACCEPTS = "host:port, redis://[user:password@]host:port or rediss://..."
 _ADDR_ACCEPTS = "a listen address host:port or :port, with a port from 1 to 65535"
 
@@ -435,6 +451,13 @@ def parse_log_level(value: str) -> str:
     return level
 
 
+def parse_log_format(value: str) -> str:
+    log_format = value.strip().lower()
+    if log_format not in LOG_FORMATS:
+        raise ValueError(value)
+    return log_format
+
+
 def positive_int(value: str) -> int:
     text = value.strip()
     if not text.isdigit():
@@ -447,7 +470,7 @@ def positive_int(value: str) -> int:
 
 def positive_duration(value: str) -> int:
     try:
-        ns = parse_duration(value)
+        ns = parse_setting_duration(value)
     except DurationError:
         raise ValueError(value) from None
     if ns <= 0:
@@ -457,7 +480,7 @@ def positive_duration(value: str) -> int:
 
 def non_negative_duration(value: str) -> int:
     try:
-        ns = parse_duration(value)
+        ns = parse_setting_duration(value)
     except DurationError:
         raise ValueError(value) from None
     if ns < 0:

@@ -56,7 +56,7 @@ def main(env: Mapping[str, str], functions_dir: Path, *, processes: int = 1) -> 
         for line in str(exc).splitlines():
             sys.stderr.write(f"relay: {line}\n")
         return EXIT_FAILURE
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, log_format=settings.log_format)
     if processes > 1:
         try:
             return supervise(env, settings, functions_dir, processes)

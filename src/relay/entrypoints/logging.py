@@ -1,12 +1,22 @@
 """Logging, configured once, here.
 
-Relay's own records are rendered one per line in the ``key=value`` text form
-operators know from Go's slog: ``time=... level=INFO msg=worker_started key=value``.
-``msg`` is the stable snake_case event name; everything else is a field. Handler
-output is not logged through here: it is forwarded raw by the runtime and is not
-filtered by ``LOG_LEVEL``. Lines go out through a bounded writer thread
-(:mod:`relay.adapters.linewriter`): a stderr nobody reads drops log lines,
-counted, instead of stalling the worker's event loop.
+Relay's own records are one line each, in the format ``LOG_FORMAT`` names, each
+drawn by structlog's own renderer:
+
+- ``console`` (the default): the ``key=value`` text form operators know from Go's
+  slog, ``time=... level=INFO msg=worker_started key=value`` (``ConsoleRenderer``
+  with one column per leading key, no colours, no rich);
+- ``logfmt``: the same keys as strict logfmt (``LogfmtRenderer``);
+- ``json``: one JSON object per line (``JSONRenderer``), for a log shipper.
+
+Every format has the same keys: ``time`` (UTC, milliseconds, ``Z``), ``level``
+(slog's names: DEBUG, INFO, WARN, ERROR), ``msg`` (the stable snake_case event
+name) and the fields; an exception is one ``error`` field (its last line), never a
+multi-line traceback. Handler output is not logged through here: it is forwarded
+raw on stdout by the runtime in the spec's ``relay: function "..." handler "..."``
+form whatever the format, and is not filtered by ``LOG_LEVEL``. Lines go out
+through a bounded writer thread (:mod:`relay.adapters.linewriter`): a stderr nobody
+reads drops log lines, counted, instead of stalling the worker's event loop.
 """
 
 from __future__ import annotations
@@ -15,10 +25,13 @@ import logging
 import re
 import sys
 from collections.abc import Callable, MutableMapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import structlog
+from structlog.dev import Column, ConsoleRenderer, KeyValueColumnFormatter, plain_traceback
+from structlog.processors import JSONRenderer, LogfmtRenderer
+from structlog.typing import Processor
 
 from relay.adapters.linewriter import writer_for
 from relay.application.log_context import merge_log_context
@@ -38,6 +51,7 @@ _SLOG_NAMES = {
     "critical": "ERROR",
     "exception": "ERROR",
 }
+_LEADING = ("time", "level", "msg")
 _BARE = re.compile(r"^[A-Za-z0-9_./:@+,-]+$")
 
 
@@ -58,29 +72,37 @@ def _to_text(value: object) -> str:
     return str(value)
 
 
-class SlogRenderer:
-    """structlog processor rendering an event dict as one slog-style text line."""
-
-    def __call__(self, _logger: Any, method: str, event: MutableMapping[str, Any]) -> str:
-        timestamp = event.pop("timestamp", None) or datetime.now().astimezone().isoformat(
-            timespec="seconds"
-        )
-        level = _SLOG_NAMES.get(str(event.pop("level", method)).lower(), "INFO")
-        msg = event.pop("event", "")
-        exc = event.pop("exception", None)
-        parts = [f"time={timestamp}", f"level={level}", f"msg={render_value(msg)}"]
-        parts += [f"{key}={render_value(val)}" for key, val in event.items()]
-        if exc:
-            # One line: the exception's last line, never a multi-line traceback.
-            parts.append(f"error={render_value(str(exc).strip().splitlines()[-1])}")
-        return " ".join(parts)
+def _slog_keys(_logger: Any, method: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
+    """time, level and msg first (every format), then the fields; an exception as
+    one ``error`` field: its last line, never a multi-line traceback."""
+    level = _SLOG_NAMES.get(str(event.pop("level", method)).lower(), "INFO")
+    msg = event.pop("event", "")
+    exc = event.pop("exception", None)
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    record = {"time": now, "level": level, "msg": msg, **event}
+    if exc:
+        record["error"] = str(exc).strip().splitlines()[-1]
+    return record
 
 
-def _timestamp(
-    _logger: Any, _method: str, event: MutableMapping[str, Any]
-) -> MutableMapping[str, Any]:
-    event["timestamp"] = datetime.now().astimezone().isoformat(timespec="seconds")
-    return event
+def _slog_column(key: str) -> Column:
+    return Column(key, KeyValueColumnFormatter(
+        key_style="", value_style="", reset_style="", value_repr=render_value))  # fmt: skip
+
+
+def renderer(log_format: str) -> Processor:
+    """structlog's own renderer for ``log_format`` (one of ``config.LOG_FORMATS``);
+    with columns, ``ConsoleRenderer`` draws no colours (and imports no rich)."""
+    if log_format == "json":
+        return JSONRenderer()
+    if log_format == "logfmt":
+        return LogfmtRenderer(key_order=list(_LEADING), bool_as_flag=False)
+    # console: slog's text form; "" is the column of every other field, in order
+    return ConsoleRenderer(
+        exception_formatter=plain_traceback,  # never reached: _slog_keys took it
+        sort_keys=False,
+        columns=[*(_slog_column(key) for key in _LEADING), _slog_column("")],
+    )
 
 
 class _LineLogger:
@@ -96,7 +118,9 @@ class _LineLogger:
     fatal = failure = err = error = critical = exception = msg
 
 
-def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None:
+def configure_logging(
+    level: str = "INFO", stream: TextIO | None = None, log_format: str = "console"
+) -> None:
     """Configure structlog for the whole process; call once from an entrypoint.
 
     A stream with a file descriptor (stderr by default) is written by a bounded
@@ -116,10 +140,9 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
         processors=[
             structlog.contextvars.merge_contextvars,
             merge_log_context,
-            structlog.processors.add_log_level,
-            _timestamp,
             structlog.processors.format_exc_info,
-            SlogRenderer(),
+            _slog_keys,
+            renderer(log_format),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=factory,

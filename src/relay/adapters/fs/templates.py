@@ -11,6 +11,7 @@ template's :class:`TemplateError`, never its caller's crash.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -181,3 +182,35 @@ def _check_expanded_size(data: object, source: str) -> None:
             stack.extend((k, depth + 1) for k in node)
         elif isinstance(node, list):
             stack.extend((v, depth + 1) for v in node)
+
+
+_FIELD_STEP = re.compile(r"\[(\d+)\]|\.?([^.\[\]]+)")
+
+
+def field_line(text: str, field: str) -> int | None:
+    """The 1-based line of ``field`` (a problem's path, ``events[0].pattern``) in the
+    template ``text``, or of its deepest ancestor that is there (a missing key is
+    reported where its parent is); ``None`` when the text does not compose as YAML.
+    For ``relay function validate --format github``: an annotation on the line."""
+    try:
+        node: yaml.Node | None = yaml.compose(text, Loader=_DepthLimitedLoader)
+    except Exception:  # noqa: BLE001 - a locator only: no line is the answer
+        return None
+    line = None if node is None else node.start_mark.line + 1
+    for index, key in _FIELD_STEP.findall(field):
+        found = _child(node, index, key)
+        if found is None:
+            break
+        node, line = found
+    return line
+
+
+def _child(node: yaml.Node | None, index: str, key: str) -> tuple[yaml.Node, int] | None:
+    if index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+        item = node.value[int(index)]
+        return item, item.start_mark.line + 1
+    if key and isinstance(node, yaml.MappingNode):
+        for key_node, value in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+                return value, key_node.start_mark.line + 1  # the key's line, as an editor
+    return None

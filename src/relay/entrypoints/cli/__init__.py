@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from relay.entrypoints.cli.common import OneLineErrors
 from relay.entrypoints.cli.help_format import RelayGroup
 from relay.entrypoints.cli.lazy import Lazy, lazy_group
 
@@ -34,6 +35,11 @@ COMMANDS = {
     "git": Lazy(f"{_CLI}.git:app", "Sync /functions from a git repository."),
 }
 
+
+class _Root(OneLineErrors, RelayGroup):
+    """The root group: tidy help (``help_format``), one-line usage errors (``common``)."""
+
+
 app = typer.Typer(
     name="relay",
     help=(
@@ -46,7 +52,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     # Plain help: rich help prints a Python type beside every parameter (see help_format).
     rich_markup_mode=None,
-    cls=lazy_group(COMMANDS, base=RelayGroup),
+    cls=lazy_group(COMMANDS, base=_Root),
 )
 
 

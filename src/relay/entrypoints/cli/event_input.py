@@ -14,14 +14,17 @@ from typing import IO, Annotated, Any
 import typer
 
 from relay.domain.errors import EventError
+from relay.entrypoints.cli.common import usage
 
 MAX_EVENT_INPUT_BYTES = 1024 * 1024  # the hard maximum event size of the stream
 
 
 def read_event_argument(event: str | None, file: Path | None, stdin: IO[str]) -> dict[str, Any]:
-    """Read and decode the event; raise :class:`EventError` with one clear line."""
+    """Read and decode the event; raise :class:`EventError` with one clear line.
+    Both flags at once is a wrong command line in every command (a usage error:
+    exit 2, see ``common.usage``)."""
     if event is not None and file is not None:
-        raise EventError("--event and --file are mutually exclusive; give one")
+        usage("--event and --file are mutually exclusive; give one")
     if event is not None:
         return parse_event(event, "--event")
     if file is not None:

@@ -24,7 +24,7 @@ from relay.domain.names import function_name_problem
 from relay.domain.patterns import parse_rfc3339
 from relay.domain.source import FINGERPRINT_HEX_LEN, image_tag
 from relay.domain.template import Template
-from relay.entrypoints.cli.common import EXIT_FAILURE, fail, out
+from relay.entrypoints.cli.common import EXIT_FAILURE, fail, out, usage
 from relay.entrypoints.cli.event_input import EventOption, FileOption, read_event_argument
 from relay.entrypoints.cli.fn_match import (
     DryFlags,
@@ -36,6 +36,7 @@ from relay.entrypoints.cli.fn_match import (
     dry_request,
     run_dry,
 )
+from relay.entrypoints.cli.fn_validate import Checked, FormatOption, chosen_format, report
 from relay.entrypoints.cli.json_output import JsonFlag
 
 
@@ -131,25 +132,20 @@ def validate(
         list[Path],
         typer.Argument(help="Function directories, or functions directories to validate."),
     ],
+    as_json: JsonFlag = False,
+    output_format: FormatOption = None,
 ) -> None:
     """Validate function directories without Docker or Redis (exit 1 if any is invalid)."""
-    failed = False
+    chosen = chosen_format(as_json, output_format)
+    checked: list[Checked] = []
     for path in paths:
         try:
             functions = discover(path)
         except PathNotFound as exc:
-            typer.echo(f"relay: {exc}", err=True)
-            failed = True
+            checked.append(Checked(path, str(exc), []))
             continue
-        for name, directory in functions:
-            loaded = load(name, directory)
-            if loaded.problems:
-                failed = True
-                for problem in loaded.problems:
-                    out(f"{name}: {problem}")
-            else:
-                out(f"ok {name}")
-    if failed:
+        checked.append(Checked(path, None, [load(name, d) for name, d in functions]))
+    if report(checked, chosen):
         raise typer.Exit(EXIT_FAILURE)
 
 
@@ -175,7 +171,7 @@ def match(  # noqa: PLR0917 - a typer command: its options are its parameters
     if at is not None:
         instant = parse_rfc3339(at)
         if instant is None:
-            fail(f"--at: {json.dumps(at)} is not an RFC3339 timestamp (e.g. 2026-09-12T10:00:00Z)")
+            usage(f"--at: {json.dumps(at)} is not an RFC3339 timestamp (e.g. 2026-09-12T10:00:00Z)")
         now = instant
     request = dry_request(
         DryFlags(from_stream, from_dlq, since, limit, explain=explain, as_json=as_json),

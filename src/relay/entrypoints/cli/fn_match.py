@@ -26,7 +26,7 @@ from relay.application.dry_run import (
     dry_run_catalog,
 )
 from relay.application.ports import StreamSample
-from relay.domain.durations import DurationError, parse_duration
+from relay.domain.durations import DurationError, parse_setting_duration
 from relay.domain.errors import RelayError
 from relay.domain.outcome import rfc3339
 from relay.entrypoints.cli.brokers import DeadLetters, broker_settings, open_store, redis_client
@@ -129,11 +129,11 @@ def dry_request(flags: DryFlags, *, one_event: bool, at: float | None) -> Reques
 def parse_since(text: str) -> int:
     """``--since`` in ms, or one line and exit 2."""
     try:
-        ns = parse_duration(text.strip())
+        ns = parse_setting_duration(text)
     except DurationError:
         ns = 0
     if ns <= 0:
-        fail(f"--since: {text!r} is not a positive duration (examples: 30m, 1h, 24h)", EXIT_USAGE)
+        fail(f"--since: {text!r} is not a positive duration (examples: 30m, 1h, 7d)", EXIT_USAGE)
     return -(-ns // 1_000_000)  # at least 1 ms: a positive duration stays positive
 
 

@@ -31,6 +31,8 @@ from typer.models import TyperInfo
 from relay.entrypoints.cli.help_format import tidy_tree
 from relay.entrypoints.cli.plain_values import use_plain_values
 
+ROOT = "relay"  # the root group's name (cli/__init__.py)
+
 
 @dataclass(frozen=True)
 class Lazy:
@@ -112,6 +114,10 @@ class LazyGroup(TyperGroup):
         )
         command = group if isinstance(target, typer.Typer) else group.commands[name]
         tidy_tree(command)
+        from relay.entrypoints.cli.completion import add_completions  # a command loads anyway
+
+        # the root's commands are at (name,); a nested lazy group's (`function`) under it
+        add_completions(command, (name,) if self.name == ROOT else (str(self.name), name))
         return command
 
     def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:

@@ -22,7 +22,7 @@ import typer
 from relay.domain.errors import ConfigError, DependencyUnavailable, EventError, RelayError
 from relay.domain.priority import InvalidPriority, priority_class
 from relay.entrypoints.cli.brokers import broker_settings, open_store
-from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.common import fail, out, usage
 from relay.entrypoints.cli.publish_input import StdinRun, repeated
 from relay.entrypoints.config import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -48,7 +48,7 @@ def publish(
 ) -> None:
     """Publish ``--event`` (``--count`` times) or the JSON lines on stdin."""
     if count < 1:
-        fail("--count must be a positive integer")
+        usage(f"--count {count} is invalid: expected a positive whole number")
     run = StdinRun(report=lambda line: typer.echo(f"relay: {line}", err=True))
     try:
         if priority is not None:
@@ -61,7 +61,7 @@ def publish(
         batches = _batches(event, count, run, limit)
         anyio.run(_publish, settings, batches, priority)
     except InvalidPriority as exc:
-        fail(f"--priority: {exc}")
+        usage(f"--priority: {exc}")
     except RelayError as exc:
         fail(str(exc))
     if run.bad:  # each bad line is reported already; the summary, when it adds to them
