@@ -11,6 +11,7 @@ Durations are integer nanoseconds, like Go's, so arithmetic never drifts.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 NANOSECOND = 1
 MICROSECOND = 1_000
@@ -30,6 +31,9 @@ _UNITS: dict[str, int] = {
     "h": HOUR,
 }
 _PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+# The whole of a Go duration with units, as a regular expression for other tools
+# (the template's JSON Schema); parse_duration itself walks _PART.
+GO_DURATION_PATTERN: Final = rf"^\s*[+-]?(?:{_PART.pattern})+\s*$"
 _MAX = (1 << 63) - 1
 
 
