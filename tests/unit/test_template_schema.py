@@ -204,3 +204,12 @@ def test_the_docs_give_the_editor_line_and_it_resolves_from_an_example(
     assert relative
     for target in relative:
         assert (EXAMPLES[0].parent / target).resolve() == SCHEMA_FILE
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)
+def test_every_example_names_the_schema_on_its_first_line(path: Path) -> None:
+    """So an editor opened on an example checks it, and a copied example carries the
+    line along (its path is right for a function in examples/functions/)."""
+    first = path.read_text().splitlines()[0]
+    assert first.startswith(MODELINE)
+    assert (path.parent / first.removeprefix(MODELINE)).resolve() == SCHEMA_FILE
