@@ -235,3 +235,23 @@ def acked(path: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM jobs WHERE state = 'acked'").fetchone()[0])
     finally:
         conn.close()
+
+
+def test_on_redis_the_state_database_alone_is_backed_up(tmp_path: Path) -> None:
+    """With RELAY_BROKER=redis (the default) the queue is Redis's to back up: no
+    REDIS_URI is asked for, and the backup holds the state database only."""
+    state, target = tmp_path / "state", tmp_path / "backup"
+    state.mkdir()
+    conn = sqlite3.connect(state / "db.sqlite3")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.commit()
+    try:
+        env = {"RELAY_STATE_DIR": str(state), "RELAY_BROKER": "redis"}
+        done = run_relay(["backup", str(target)], env)
+    finally:
+        conn.close()
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in target.iterdir()] == ["db.sqlite3"]
+    assert count(target / "db.sqlite3", "t") == 1
