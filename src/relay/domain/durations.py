@@ -17,6 +17,7 @@ docs/configuration.md (Durations) documents the syntax once.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 NANOSECOND = 1
 MICROSECOND = 1_000
@@ -39,6 +40,9 @@ _UNITS: dict[str, int] = {
 }
 _PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _PART_OR_DAYS = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h|d)")
+# The whole of a Go duration with units, as a regular expression for other tools
+# (the template's JSON Schema); parse_duration itself walks _PART.
+GO_DURATION_PATTERN: Final = rf"^\s*[+-]?(?:{_PART.pattern})+\s*$"
 _MAX = (1 << 63) - 1
 
 

@@ -32,6 +32,11 @@ TOP_LEVEL_KEYS = (
     "runtime", "concurrency", "events", "schedules", "env", "secrets", "services", "breaker",
 )
 
+EVENT_KEYS = ("handler", "pattern", "timeout", "retries")
+SCHEDULE_KEYS = ("handler", "cron", "timezone", "timeout", "retries", "catchup", "overlap")
+SERVICE_KINDS = ("entrypoint", "build", "image")
+SERVICE_KEYS = (*SERVICE_KINDS, "port", "replicas", "host", "path")
+
 ServiceKind = Literal["entrypoint", "build", "image"]
 Overlap = Literal["allow", "skip"]
 MAX_CATCHUP_NS = 24 * HOUR
@@ -170,7 +175,7 @@ def _events(raw: object, runtime: str | None, problems: list[str]) -> tuple[Even
     seen: dict[str, int] = {}
     for i, item in rules.entries(raw, "events", problems):
         where = f"events[{i}]"
-        rules.check_keys(item, ("handler", "pattern", "timeout", "retries"), where, problems)
+        rules.check_keys(item, EVENT_KEYS, where, problems)
         handler = rules.handler(item, where, runtime, problems)
         pattern = rules.pattern(item, where, problems)
         timeout, retries = _limits(item, where, problems)
@@ -211,10 +216,9 @@ def _limits(
 def _schedules(raw: object, runtime: str | None, problems: list[str]) -> tuple[ScheduleRule, ...]:
     out: list[ScheduleRule] = []
     seen: dict[str, int] = {}
-    keys = ("handler", "cron", "timezone", "timeout", "retries", "catchup", "overlap")
     for i, item in rules.entries(raw, "schedules", problems):
         where = f"schedules[{i}]"
-        rules.check_keys(item, keys, where, problems)
+        rules.check_keys(item, SCHEDULE_KEYS, where, problems)
         handler = rules.handler(item, where, runtime, problems)
         cron = rules.cron(item.get("cron", rules.MISSING), f"{where}.cron", problems)
         zone = rules.timezone(item.get("timezone", rules.MISSING), f"{where}.timezone", problems)
@@ -242,10 +246,9 @@ def _services(raw: object, runtime: str | None, problems: list[str]) -> tuple[Se
     out: list[ServiceSpec] = []
     seen_source: dict[str, int] = {}
     seen_route: dict[tuple[str, str | None], int] = {}
-    keys = ("entrypoint", "build", "image", "port", "replicas", "host", "path")
     for i, item in rules.entries(raw, "services", problems):
         where = f"services[{i}]"
-        rules.check_keys(item, keys, where, problems)
+        rules.check_keys(item, SERVICE_KEYS, where, problems)
         service = template_services.service(
             item, runtime, where, DEFAULT_PORT, DEFAULT_REPLICAS, problems
         )

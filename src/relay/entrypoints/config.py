@@ -322,6 +322,16 @@ def load_broker_settings(
     return broker, redis
 
 
+def load_broker_choice(env: Mapping[str, str]) -> BrokerSettings:
+    """``RELAY_BROKER`` and ``RELAY_BROKER_PATH`` alone, for commands that touch the
+    broker file but never Redis (``relay backup``): no Redis variable is required."""
+    c = _Collector(env)
+    broker = _broker(c)
+    if c.problems:
+        raise ConfigError("\n".join(c.problems))
+    return broker
+
+
 def _broker(c: _Collector) -> BrokerSettings:
     """``RELAY_BROKER`` (redis or sqlite) and ``RELAY_BROKER_PATH``."""
     kind = (c.raw("RELAY_BROKER") or "redis").lower()

@@ -33,6 +33,10 @@ COMMANDS = {
     "schedule": Lazy(f"{_CLI}.schedule:app", "Inspect cron schedules."),
     "secret": Lazy(f"{_CLI}.secret:app", "Manage local secrets."),
     "git": Lazy(f"{_CLI}.git:app", "Sync /functions from a git repository."),
+    "backup": Lazy(
+        f"{_CLI}.backup:register",
+        "Copy the state database and the broker file, consistently, while Relay runs.",
+    ),
 }
 
 
