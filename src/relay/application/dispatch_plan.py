@@ -155,8 +155,12 @@ class Planner:
         functions = plan.functions
         if plan.occurrence is not None:
             classification = plan.occurrence.occurrence_id  # never an event's class
+        elif functions:
+            classification = "matched:" + ",".join(functions)
         else:
-            classification = "matched:" + ",".join(functions) if functions else "unmatched"
+            # Matching nothing while the catalog is not loaded yet, or a template
+            # cannot be read, is not "unmatched": the class waits (the message too).
+            classification = "" if plan.waiting else "unmatched"
         return BeginRequest(
             context=ctx,
             classification=classification,

@@ -161,8 +161,11 @@ def begin(h: Hash, request: BeginRequest, now_ms: int, effects: LedgerEffects) -
     token = request.token
     previous_class = h.get(CLASS_FIELD)
     if previous_class is None:
-        h[CLASS_FIELD] = class_stamp(request.classification, token)
-        newly = True
+        # An empty classification is "not known yet" (nothing to serve has loaded):
+        # nothing is recorded, so a held event is never counted as unmatched.
+        newly = bool(request.classification)
+        if newly:
+            h[CLASS_FIELD] = class_stamp(request.classification, token)
     else:
         newly = parse_class_stamp(previous_class)[1] == token  # this call, re-sent
     statuses = tuple(_claim(h, claim, token, now_ms) for claim in request.claims)
@@ -174,7 +177,9 @@ def begin(h: Hash, request: BeginRequest, now_ms: int, effects: LedgerEffects) -
     )
     settlement = Settlement()
     if not any(s.status == CLAIMED for s in statuses):
-        settlement = settle(h, request.gates, request.released, request.blocked, effects)
+        # a class not known yet keeps the message pending, whatever else it holds
+        blocked = request.blocked or not request.classification
+        settlement = settle(h, request.gates, request.released, blocked, effects)
     return BeginResult(
         newly_classified=newly, statuses=statuses, settlement=settlement, unplanned=unplanned
     )

@@ -210,9 +210,14 @@ end
 local function begin_step(c, clock, classification, token, claims_s, gates_s, released_s)
   local h = load_hash(c.ledger)
   local classified = 0
+  if classification == '' then
+    c.blocked = '1' -- a class not known yet keeps the message pending
+  end
   if h[CLASS_FIELD] == nil then
-    hset(c, h, CLASS_FIELD, classification .. '#' .. token)
-    classified = 1
+    if classification ~= '' then -- '' is "not known yet": nothing recorded
+      hset(c, h, CLASS_FIELD, classification .. '#' .. token)
+      classified = 1
+    end
   elseif stamp_token(h[CLASS_FIELD]) == token then
     classified = 1 -- this very call, re-sent
   end
