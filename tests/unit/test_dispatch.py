@@ -6,14 +6,14 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from relay.domain import events as ev
-from relay.domain.execution import InvocationRequest, InvocationResult
-from relay.domain.invocation import Running as RunningMarker
-from relay.domain.invocation import format_marker, parse_marker
 from relay.application.bus import MessageBus
 from relay.application.dispatch import MessageDispatcher
 from relay.application.registry import FunctionRegistry
+from relay.domain import events as ev
 from relay.domain.commands import DispatchMessage
+from relay.domain.execution import InvocationRequest, InvocationResult
+from relay.domain.invocation import Running as RunningMarker
+from relay.domain.invocation import format_marker, parse_marker
 from tests.fakes import SequentialTokens
 from tests.unit.delivery_world import DELIVERY_EVENTS, World, rule
 
