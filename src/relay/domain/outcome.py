@@ -254,10 +254,11 @@ class BeginRequest(msgspec.Struct, frozen=True, kw_only=True):
     ``classification`` is recorded once per message (``matched:<f1>,<f2>`` or
     ``unmatched``; empty means not known yet and records nothing: no catalog has
     loaded, or a template that might match cannot be read); ``gates`` are the
-    invocation fields the current rules say must be terminal before the ACK; every invocation the ledger already records gates
-    too, except ``released`` ones (their function or rule was deliberately removed
-    from a valid catalog); ``blocked`` keeps the message pending (a function it
-    needs is building or unavailable)."""
+    invocation fields the current rules say must be terminal before the ACK;
+    every invocation the ledger already records gates too, except ``released``
+    ones (their function or rule was deliberately removed from a valid catalog);
+    ``blocked`` keeps the message pending (a function it needs is building or
+    unavailable, or the class is not known yet)."""
 
     context: MessageContext
     classification: str
