@@ -3,7 +3,10 @@
 The event comes from ``--event``, ``--file`` or piped stdin (a JSON object). The
 worker runs the function's matching event rules through its live runtime and
 answers over the control socket; nothing touches the stream, the DLQ or the
-event counters. There is no offline fallback: without a worker it fails.
+event counters. There is no offline fallback: without a worker it fails (``relay
+function run`` runs one handler without one). Each handler's run is printed as
+``relay function run`` prints it (output, return value or error, duration, image),
+then the summary line.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from relay.adapters.control.client import WorkerUnavailable, request
 from relay.domain.errors import EventError, RelayError
 from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
 from relay.entrypoints.cli.event_input import EventOption, FileOption, read_event_argument
+from relay.entrypoints.cli.fn_run_report import print_report
 from relay.entrypoints.config import load_paths
 
 INVOKE_TIMEOUT_S = 3600.0
@@ -45,6 +49,11 @@ def invoke(
         fail(f"{exc}; `relay function invoke` needs a running worker (`relay start`)")
     except RelayError as exc:
         fail(str(exc))
+    if isinstance(result, dict):
+        for run in result.get("handlers") or ():
+            if isinstance(run, dict):
+                print_report(run)  # what `relay function run` prints, per handler
+                out()
     out(summary_line(result))
 
 
