@@ -106,7 +106,7 @@ def test_publish_to_the_embedded_broker_imports_no_client(tmp_path: Path) -> Non
     "args",
     [[g, "--help"] for g in ("function", "dlq", "stats", "schedule", "secret", "git")]
     + [["trace", "--help"], ["start", "--help"], ["function", "ls", "--json"],
-       ["function", "run", "--help"],
+       ["function", "run", "--help"], ["function", "ls", "--functions", "{functions}"],
        ["function", "validate", "{functions}"]],
     ids=" ".join,
 )
