@@ -51,7 +51,9 @@ def env(tmp_path: Path) -> dict[str, str]:
             "REDIS_URL": "", "RELAY_BROKER": ""}
 
 
-def test_function_ls_lists_the_directory_with_validity(functions: Path, env: dict[str, str]) -> None:
+def test_function_ls_lists_the_directory_with_validity(
+    functions: Path, env: dict[str, str]
+) -> None:
     result = CliRunner().invoke(app, ["function", "ls", "--functions", str(functions)], env=env)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
