@@ -2,7 +2,7 @@
 -- KEYS: ledger, stream, dlq
 -- ARGV: header, token, reports (records "field FS attempt FS kind FS arg" joined by RS),
 --       gates (joined by RS), released (joined by RS), then one reason per report
---       (free text, kept as the DLQ reason when it exhausts)
+--       (free text: kept as @err:<field> by a retry and an exhaust, the DLQ reason then)
 -- kind: ok | retry (arg = backoff ms) | exhaust | release (arg = the marker the claim
 --       replaced, '' = absent)
 local c = context(KEYS, ARGV[1])
@@ -33,7 +33,9 @@ for i, record in ipairs(split(ARGV[3], RS)) do
       hset(c, h, f, 'ok')
     elseif kind == 'retry' then
       now = now or now_ms()
-      hset(c, h, f, 'next_attempt_at:' .. fmt(now + tonumber(arg)) .. '#' .. fmt(attempt))
+      -- the error too, so it can be read while the invocation backs off
+      hset2(c, h, f, 'next_attempt_at:' .. fmt(now + tonumber(arg)) .. '#' .. fmt(attempt),
+        '@err:' .. f, err)
     elseif kind == 'exhaust' then
       hset2(c, h, f, 'exhausted:' .. fmt(attempt), '@err:' .. f, err)
     else -- release: what the claim replaced comes back as it was
