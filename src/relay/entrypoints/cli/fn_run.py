@@ -25,7 +25,7 @@ import anyio
 import msgspec
 import typer
 
-from relay.domain.errors import EventError, RelayError
+from relay.domain.errors import BuildError, EventError, RelayError
 from relay.domain.template import EventRule, HandlerRule, Template
 from relay.entrypoints.cli.common import EXIT_USAGE, fail
 from relay.entrypoints.cli.event_input import EventOption, read_event_argument
@@ -68,6 +68,10 @@ def run(
     _quiet_logs()
     try:
         result = anyio.run(_execute, name, path, template, rule, payload)
+    except BuildError as exc:
+        if exc.output:  # the (capped) build log says why; the last line says what
+            typer.echo(exc.output.rstrip(), err=True)
+        fail(str(exc))
     except RelayError as exc:
         fail(str(exc))
     from relay.application.invoke import HandlerRun
