@@ -27,7 +27,7 @@ import typer
 
 from relay.domain.errors import BuildError, EventError, RelayError
 from relay.domain.template import EventRule, HandlerRule, Template
-from relay.entrypoints.cli.common import EXIT_USAGE, fail
+from relay.entrypoints.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, fail
 from relay.entrypoints.cli.event_input import EventOption, read_event_argument
 from relay.entrypoints.cli.fn_run_report import print_report, report_json
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
@@ -74,6 +74,8 @@ def run(
         fail(str(exc))
     except RelayError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:  # the runtime removed the container on the way out
+        fail("interrupted; the handler's container was removed", EXIT_INTERRUPTED)
     from relay.application.invoke import HandlerRun
 
     shown: dict[str, Any] = msgspec.to_builtins(HandlerRun.of(handler, result))
