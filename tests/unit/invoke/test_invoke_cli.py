@@ -103,3 +103,23 @@ def test_bad_event_input_fails_before_the_socket(run_dir: Path) -> None:
     assert "mutually exclusive" in both.stderr
     array = CliRunner().invoke(app, ["function", "invoke", "u", "--event", "[1]"])
     assert array.exit_code == 2
+
+
+@pytest.mark.anyio
+async def test_each_handler_run_is_printed_before_the_summary(run_dir: Path) -> None:
+    run = {"handler": "events.created.handler", "ok": True, "error": "", "duration_s": 0.5,
+           "image": "relay-fn-users:abc", "output": ["User created: 7"], "output_dropped": 0,
+           "result": '{"id": 7}', "result_size": 9}
+    worker = Worker({"invoked": 1, "failed": 0, "error": "", "handlers": [run]})
+    result = await run_cli(run_dir, worker, ["function", "invoke", "users", "--event", "{}"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "handler: events.created.handler",
+        "image: relay-fn-users:abc",
+        "output:",
+        "  User created: 7",
+        'returned: {"id": 7}',
+        "duration: 0.500s",
+        "",
+        "Invoked 1 handler",
+    ]
