@@ -152,7 +152,10 @@ def test_a_timeout_is_exit_1_and_leaves_no_container(
         left = [
             c for c in client.containers.list(all=True, sparse=True,
                                                filters={"label": "relay.type=execution"})
-            if str(c.labels.get("relay.hostname", "")).startswith(env["RELAY_HOSTNAME"])
+            # sparse: the listing's own labels (a sparse container has no Config)
+            if str((c.attrs.get("Labels") or {}).get("relay.hostname", "")).startswith(
+                env["RELAY_HOSTNAME"]
+            )
         ]
     finally:
         client.close()

@@ -7,7 +7,7 @@ import json
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -49,13 +49,27 @@ export function boom() {{ throw new Error('no value'); }}
 """
 
 
+class Watched(BootstrapProcess):
+    """Asks for the return value, as ``relay function run``/``invoke`` do."""
+
+    def call(
+        self,
+        handler: str,
+        event: object = None,
+        *,
+        extra: Mapping[str, object] | None = None,
+        **env: str,
+    ) -> tuple[dict[str, object], str]:
+        return super().call(handler, event, extra={"want_result": True, **(extra or {})}, **env)
+
+
 def _python(tmp_path: Path) -> BootstrapProcess:
     app = write_app(tmp_path / "app", {"mod.py": PY_APP})
     _, source = bootstrap_source("python3.14")
     script = tmp_path / "bootstrap.py"
     script.write_bytes(source)
     argv = [sys.executable, *bootstrap_command("python3.14")[1:-1], str(script)]
-    return BootstrapProcess(argv, app, timeout_s=5)
+    return Watched(argv, app, timeout_s=5)
 
 
 def _node(tmp_path: Path) -> BootstrapProcess:
@@ -65,7 +79,7 @@ def _node(tmp_path: Path) -> BootstrapProcess:
     _, source = bootstrap_source("node24")
     script = tmp_path / "bootstrap.mjs"
     script.write_bytes(source)
-    return BootstrapProcess([NODE, str(script)], app, timeout_s=5)
+    return Watched([NODE, str(script)], app, timeout_s=5)
 
 
 @pytest.fixture(params=["python", "node"])
@@ -73,6 +87,11 @@ def boot(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BootstrapPr
     process = _python(tmp_path) if request.param == "python" else _node(tmp_path)
     yield process
     process.close()
+
+
+def test_delivery_does_not_ask_and_gets_no_value(boot: BootstrapProcess) -> None:
+    answer, _ = boot.call("mod.plain", {"a": 1}, extra={"want_result": False})
+    assert answer == {"id": "nonce1", "ok": True, "error": ""}
 
 
 def test_a_json_return_value_is_sent_as_its_text(boot: BootstrapProcess) -> None:

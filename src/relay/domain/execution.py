@@ -102,8 +102,9 @@ class InvocationRequest(msgspec.Struct, frozen=True, kw_only=True):
     timeout_ns: int = DEFAULT_TIMEOUT_NS
     context: str = ""
     handler_context: HandlerContext | None = None
-    # keep the handler's output lines in the result too (``relay function
-    # invoke``/``run`` show them); they are still forwarded as usual
+    # keep the handler's output lines and its return value in the result
+    # (``relay function invoke``/``run`` show them; the lines are still forwarded
+    # as usual). Delivery never asks: the bootstrap then does not encode the value.
     capture_output: bool = False
 
 

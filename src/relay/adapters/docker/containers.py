@@ -203,6 +203,8 @@ class ExecutionContainer:
             "event": request.event.decode("utf-8", errors="replace"),
             "timeout_s": timeout_s,
         }
+        if request.capture_output:  # the return value too (delivery never asks)
+            frame["want_result"] = True
         channel = self.channel
         request_bytes = msgspec.json.encode(frame) + b"\n"
         link = self._link()

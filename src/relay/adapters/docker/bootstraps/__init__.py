@@ -4,12 +4,14 @@ Protocol (version ``BOOTSTRAP_VERSION``), one request at a time:
 
 * Relay writes one request per line on the container's stdin: a JSON object
   ``{"id": nonce, "handler": ..., "env": {...}, "event": "<event JSON text>",
-  "timeout_s": float}``.
+  "timeout_s": float}``, plus ``"want_result": true`` when the return value is wanted.
 * The handler's stdout and stderr both go to the container's stderr stream.
 * The bootstrap answers with ONE frame, written on that same stderr stream
   right after flushing the handler's output:
-  ``\\x1erelay-end:<nonce>{"ok": bool, "error": str}\\n``; a handler that
-  succeeded and returned something other than None/null/undefined adds
+  ``\\x1erelay-end:<nonce>{"ok": bool, "error": str}\\n``; when the request
+  said ``"want_result": true`` (``relay function run``/``invoke``; delivery never
+  does), a handler that succeeded and returned something other than
+  None/null/undefined adds
   ``"result"``: the value's JSON text (ASCII), at most ``RESULT_MAX_BYTES`` of
   ``relay.domain.execution``, and ``"result_size"``, the full text's length,
   when it was cut (a value that is not JSON is sent as its repr/String, a JSON

@@ -167,7 +167,8 @@ async function serveOne(line) {
   }
   // one frame through the stderr stream, after everything queued on it (a big
   // write to a pipe can still be pending): Relay sees all the output first
-  const answer = ok ? { ok, error, ...resultFields(value) } : { ok, error };
+  // only a run someone watches asks: delivery never pays to encode the value
+  const answer = ok && request.want_result === true ? { ok, error, ...resultFields(value) } : { ok, error };
   if (channelProblem) {
     answer.channel = channelProblem; // why the offered socket is not used, said once
     channelProblem = '';

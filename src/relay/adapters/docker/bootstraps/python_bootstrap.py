@@ -160,6 +160,8 @@ def _serve_one(line: bytes, answer: Callable[[str, str], None]) -> None:
         env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
         timeout_s = float(request.get("timeout_s") or 6)
         event_text = request["event"]
+        # only a run someone watches asks: delivery never pays to encode the value
+        want_result = request.get("want_result") is True
     except Exception as exc:  # noqa: BLE001 - any malformed request is a protocol error
         # no usable nonce: this can only be output (Relay's own deadline ends it)
         _write_all(2, f"\nrelay bootstrap: bad request: {_describe(exc)}\n".encode())
@@ -185,7 +187,7 @@ def _serve_one(line: bytes, answer: Callable[[str, str], None]) -> None:
     _flush_std()
     if not ok:
         answer(nonce, json.dumps({"ok": False, "error": error}))
-    elif value is None:
+    elif value is None or not want_result:
         answer(nonce, _OK)
     else:
         answer(nonce, _adding(_OK, **_result_fields(value)))
