@@ -101,8 +101,14 @@ def test_invoke_runs_on_the_worker_and_leaves_delivery_untouched(
         ["function", "invoke", FUNCTION, "--event", json.dumps(EXAMPLE_EVENT)], worker.admin_env
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "Invoked 1 handler\n"
-    worker.wait_for(r"User created: user_123")
+    # each handler's run as `relay function run` shows it, then the summary
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("handler: ")
+    assert lines[1].startswith(f"image: relay-fn-{FUNCTION}:")
+    assert any("User created: user_123" in line for line in lines), result.stdout
+    assert any(line.startswith("returned: ") for line in lines)
+    assert lines[-1] == "Invoked 1 handler"
+    worker.wait_for(r"User created: user_123")  # still forwarded by the worker too
     none = run_relay(
         ["function", "invoke", FUNCTION], worker.admin_env, stdin=json.dumps(UNMATCHED_EVENT)
     )

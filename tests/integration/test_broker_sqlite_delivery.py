@@ -21,6 +21,7 @@ from relay.domain.outcome import DLQ_FIELDS
 from tests.fakes import FakeClock
 from tests.integration.broker_rows import rows
 from tests.integration.broker_world import FIELD, BrokerWorld
+from tests.json_schemas import assert_matches_schema
 
 pytestmark = pytest.mark.anyio
 
@@ -96,6 +97,27 @@ async def test_retries_back_off_on_disk_then_exhaust_into_the_dlq_table(
     assert fields["event"] == JOB.decode()
     assert fields["deliveries"] == 3
     assert fields["reason"].startswith("retries exhausted after 2 attempt(s)")
+
+
+async def test_trace_shows_the_last_error_while_the_invocation_backs_off(
+    path: Path, world: BrokerWorld
+) -> None:
+    """The failed attempt's error is a ledger row of the file (``@err:<field>``)
+    from the first failure on: ``relay trace`` shows it with the attempt and the
+    next attempt time, as on Redis."""
+    error = 'function "fn" handler "h.run": ValueError: first try'
+    world.runtime.script[FIELD] = InvocationResult(ok=False, error=error)
+    [mid] = await world.publisher.publish([(JOB, None)])
+    await deliver_next(world)
+    assert rows(path, "SELECT value FROM ledger WHERE field = ?", f"@err:{FIELD}") == [(error,)]
+    traced = await anyio.to_thread.run_sync(relay, path, "trace", mid)
+    assert traced.returncode == 0, traced.stderr
+    assert "attempt 1 failed; next attempt at" in traced.stdout
+    assert f"last error: {error}" in traced.stdout
+    as_json = await anyio.to_thread.run_sync(relay, path, "trace", mid, "--json")
+    [invocation] = assert_matches_schema(as_json.stdout)["invocations"]
+    assert (invocation["state"], invocation["attempt"]) == ("backing_off", 1)
+    assert invocation["last_error"] == error
 
 
 async def test_malformed_and_oversized_events_are_dead_lettered_at_once(

@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio
 import redis.exceptions
 from structlog.testing import capture_logs
+from typer.testing import CliRunner
 
 from relay.adapters.redis.connection import redis_client
 from relay.adapters.redis.keys import dlq_key, invocation_key
@@ -20,7 +21,9 @@ from relay.application.consumer import ConnectionHealth, ConsumerLoop, RecoveryL
 from relay.domain import events as ev
 from relay.domain.execution import InvocationRequest, InvocationResult
 from relay.domain.outcome import StreamMessage
+from relay.entrypoints.cli import app
 from tests.integration.delivery_support import RedisWorld, bytes_client
+from tests.json_schemas import assert_matches_schema
 from tests.unit.delivery_world import rule
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
@@ -323,3 +326,38 @@ async def test_a_frozen_redis_is_noticed_and_survived(restartable_redis: Any) ->
         assert health.healthy
     finally:
         await client.aclose()
+
+
+async def test_trace_shows_the_last_error_while_the_invocation_backs_off(
+    bytes_redis: redis.asyncio.Redis, unique: str, redis_url: str
+) -> None:
+    """A failed attempt that will be retried keeps its error in the ledger hash
+    (``@err:<field>``, as ``ledger_rules`` says): ``relay trace`` shows it with the
+    attempt and the next attempt time, not only once retries are exhausted."""
+    world = RedisWorld(bytes_redis, unique)
+    world.function(
+        "users", {"events": [rule("events.bad.handler", {"table": ["users"]}, retries=3)]}
+    )
+    error = 'function "users" handler "events.bad.handler": ValueError: first try'
+    world.runtime.script["users/events.bad.handler"] = InvocationResult(ok=False, error=error)
+    await world.stream.ensure_group()
+    await world.add(INSERT)
+    [message] = await world.stream.read(1, 10)
+    report = await world.dispatch(message)
+    assert not report.acknowledged
+    env = {"REDIS_URI": redis_url, "REDIS_STREAM": world.stream_name, "REDIS_GROUP": "relay"}
+    text, doc = await anyio.to_thread.run_sync(_trace, message.id, env)
+    assert "attempt 1 failed; next attempt at" in text
+    assert f"last error: {error}" in text
+    [invocation] = doc["invocations"]
+    assert (invocation["state"], invocation["attempt"]) == ("backing_off", 1)
+    assert invocation["last_error"] == error
+    assert invocation["deadline"].endswith("Z")
+
+
+def _trace(message_id: str, env: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    text = CliRunner().invoke(app, ["trace", message_id], env=env)
+    assert text.exit_code == 0, text.output
+    as_json = CliRunner().invoke(app, ["trace", message_id, "--json"], env=env)
+    assert as_json.exit_code == 0, as_json.output
+    return text.stdout, assert_matches_schema(as_json.stdout)

@@ -63,14 +63,22 @@ class BootstrapProcess:
         self.count = 0
         self.stdout = b""
 
-    def call(self, handler: str, event: object = None, **env: str) -> tuple[dict[str, object], str]:
-        """Send one request; the answer frame and the stderr up to the end marker."""
+    def call(
+        self,
+        handler: str,
+        event: object = None,
+        *,
+        extra: Mapping[str, object] | None = None,
+        **env: str,
+    ) -> tuple[dict[str, object], str]:
+        """Send one request (``extra``: more request fields); the answer frame and
+        the stderr up to the end marker."""
         assert self.process.stdin
         assert self.process.stdout
         assert self.process.stderr
         self.count += 1
         nonce = f"nonce{self.count}"
-        fields: dict[str, object] = {"env": env}
+        fields: dict[str, object] = {"env": env, **(extra or {})}
         if self.timeout_s is not None:
             fields["timeout_s"] = self.timeout_s
         self.process.stdin.write(request_line(nonce, handler, event, **fields))

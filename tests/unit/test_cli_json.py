@@ -35,6 +35,8 @@ JSON_COMMANDS = [
     ["schedule", "ls"],
     ["git", "status"],
     ["secret", "ls"],
+    ["function", "run", "fn", "mod.handler", "--event", "{}"],
+    ["function", "invoke", "fn", "--event", "{}"],
 ]
 
 

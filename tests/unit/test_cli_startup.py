@@ -28,6 +28,7 @@ from relay.entrypoints.cli import (
     fn_breaker,
     fn_catalog,
     fn_invoke,
+    fn_run,
     function,
     publish,
     system,
@@ -105,6 +106,7 @@ def test_publish_to_the_embedded_broker_imports_no_client(tmp_path: Path) -> Non
     "args",
     [[g, "--help"] for g in ("function", "dlq", "stats", "schedule", "secret", "git")]
     + [["trace", "--help"], ["start", "--help"], ["function", "ls", "--json"],
+       ["function", "run", "--help"], ["function", "ls", "--functions", "{functions}"],
        ["function", "validate", "{functions}"]],
     ids=" ".join,
 )
@@ -161,7 +163,7 @@ def test_every_command_of_a_lazy_group_is_in_its_table() -> None:
     assert names == {"start", "health", "trace", "publish"}
     assert names <= set(cli.COMMANDS)
     probe = typer.Typer()
-    for module in (fn_catalog, fn_invoke, fn_authoring, fn_breaker):
+    for module in (fn_catalog, fn_invoke, fn_run, fn_authoring, fn_breaker):
         module.register(probe)
     assert set(typer.main.get_group(probe).commands) == set(function.COMMANDS)
 

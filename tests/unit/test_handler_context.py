@@ -85,7 +85,8 @@ async def test_the_request_frame_carries_the_context_and_a_deadline_timeout_from
         ),
     )
     before = time.time()
-    assert await container.call(request, 6.0, lambda _: None) == (True, "")
+    answered = await container.call(request, 6.0, lambda _: None)
+    assert (answered.ok, answered.error) == (True, "")
     after = time.time()
     (sent,) = stream.requests
     env = sent["env"]

@@ -128,8 +128,8 @@ async def call(
     container: ExecutionContainer, timeout_s: float = 6.0
 ) -> tuple[tuple[bool, str], list[str]]:
     lines: list[str] = []
-    result = await container.call(REQUEST, timeout_s, lines.append)
-    return result, lines
+    answer = await container.call(REQUEST, timeout_s, lines.append)
+    return (answer.ok, answer.error), lines
 
 
 async def test_a_silent_handler_is_asked_and_answered_on_the_socket(tmp_path: Path) -> None:

@@ -110,8 +110,8 @@ PREFIX = 'relay: function "fn" handler "mod.handler" message "1-0": '
 
 async def call(container: ExecutionContainer) -> tuple[tuple[bool, str], list[str]]:
     lines: list[str] = []
-    result = await container.call(REQUEST, 6.0, lines.append)
-    return result, lines
+    answer = await container.call(REQUEST, 6.0, lines.append)
+    return (answer.ok, answer.error), lines
 
 
 async def test_request_carries_handler_env_and_event() -> None:
@@ -327,7 +327,8 @@ async def test_a_frame_longer_than_the_read_limit_is_read_to_its_end() -> None:
     big = Message(STDERR, b"g" * (3 * READ_LIMIT) + b"\n")
     container, _ = make(lambda n: [big, answer(n)], chunk=16 * 1024)
     lines: list[str] = []
-    assert await container.call(REQUEST, 2.0, lines.append) == (True, "")
+    answered = await container.call(REQUEST, 2.0, lines.append)
+    assert (answered.ok, answered.error) == (True, "")
     assert lines == [PREFIX + "g" * MAX_LINE_BYTES + line_cut(2 * READ_LIMIT).decode()]
     assert container.channel.peak <= len(mux(big)) + 16 * 1024
 
@@ -383,7 +384,8 @@ async def test_a_deadline_left_from_an_earlier_request_does_not_cut_a_later_one_
     lines: list[str] = []
     container.channel.arm(0.05)
     container.channel.disarm()  # the first request, answered at once
-    assert await container.call(REQUEST, 6.0, lines.append) == (True, "")
+    answered = await container.call(REQUEST, 6.0, lines.append)
+    assert (answered.ok, answered.error) == (True, "")
 
 
 async def test_a_shorter_deadline_than_the_pending_timer_still_fires() -> None:

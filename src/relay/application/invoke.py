@@ -40,6 +40,10 @@ from relay.domain.template import EventRule, Template
 
 _log = structlog.get_logger(__name__)
 
+# What one command's answer may carry of its handlers' output and return values
+# in all (each handler's output is bounded too): far below the control socket's
+# 8 MiB answer bound whatever the number of rules that matched.
+INVOKE_SHOWN_BUDGET = 1024 * 1024
 INVOKE_CONTEXT = "invoke"  # prefixes the handler's forwarded output lines
 # RELAY_MESSAGE_ID of an invoke: never a stream id's shape (<ms>-<seq>), so a
 # handler keyed by message id never mistakes it for a delivered message
@@ -54,13 +58,49 @@ class FunctionUnavailable(RelayError):
     """The function exists but has no serving image (never built, or the build failed)."""
 
 
+class HandlerRun(msgspec.Struct, frozen=True, kw_only=True):
+    """What one handler run outside delivery showed: ``relay function invoke``
+    (one per handler) and ``relay function run`` print it. ``result`` is the
+    return value's JSON text as the bootstrap bounded it (see ``InvocationResult``)."""
+
+    handler: str
+    ok: bool
+    error: str = ""
+    duration_s: float = 0.0
+    image: str = ""
+    output: tuple[str, ...] = ()
+    output_dropped: int = 0
+    result: str | None = None
+    result_size: int = 0
+
+    @classmethod
+    def of(cls, handler: str, result: InvocationResult) -> HandlerRun:
+        return cls(
+            handler=handler, ok=result.ok, error=result.error, duration_s=result.duration_s,
+            image=result.image, output=result.output, output_dropped=result.output_dropped,
+            result=result.result, result_size=result.result_size,
+        )
+
+    def shown_bytes(self) -> int:
+        """About what its output and return value weigh in an answer."""
+        return sum(len(line) + 1 for line in self.output) + len(self.result or "")
+
+    def within(self, room: int) -> HandlerRun:
+        """Itself, or without output (counted as dropped) and return value past ``room``."""
+        if self.shown_bytes() <= room:
+            return self
+        dropped = self.output_dropped + len(self.output)
+        return msgspec.structs.replace(self, output=(), output_dropped=dropped, result=None)
+
+
 class InvokeSummary(msgspec.Struct, frozen=True, kw_only=True):
     """``invoked`` handlers ran; ``failed`` of them failed; ``error`` is the first
-    failure's one line (empty when all succeeded)."""
+    failure's one line (empty when all succeeded); ``handlers``: each run, in order."""
 
     invoked: int
     failed: int = 0
     error: str = ""
+    handlers: tuple[HandlerRun, ...] = ()
 
 
 class FunctionInvoker:
@@ -90,6 +130,8 @@ class FunctionInvoker:
         rules = [rule for rule in template.events if rule.pattern.matches(command.event, now)]
         payload = msgspec.json.encode(command.event)
         events: list[HandlerInvoked] = []
+        runs: list[HandlerRun] = []
+        shown = 0
         first_error = ""
         # one made-up message per command: its handlers share it, as a message's do
         context = HandlerContext(message_id=INVOKE_MESSAGE_PREFIX + self._tokens.token())
@@ -104,11 +146,15 @@ class FunctionInvoker:
                     error=result.error,
                 )
             )
+            runs.append(HandlerRun.of(rule.handler, result).within(INVOKE_SHOWN_BUDGET - shown))
+            shown += runs[-1].shown_bytes()
             if not result.ok and not first_error:
                 first_error = result.error
         failed = sum(not e.ok for e in events)
         _log.info("function_invoked", function=name, invoked=len(events), failed=failed)
-        summary = InvokeSummary(invoked=len(events), failed=failed, error=first_error)
+        summary = InvokeSummary(
+            invoked=len(events), failed=failed, error=first_error, handlers=tuple(runs)
+        )
         return Outcome(summary, events)
 
     async def _run(
@@ -133,6 +179,7 @@ class FunctionInvoker:
                     timeout_ns=clamp_timeout_ns(rule.timeout_ns),
                     context=INVOKE_CONTEXT,
                     handler_context=context,
+                    capture_output=True,  # the command shows it
                 ),
             )
         except RelayError as exc:  # no slot, a missing secret, the runtime refused

@@ -44,6 +44,16 @@ DISCARD_REASONS: Final = frozenset(
 ACQUIRE_WARM: Final = "warm"
 ACQUIRE_COLD: Final = "cold"
 
+# The most of a handler's return value (its JSON text, ASCII: escapes for the
+# rest) an answer carries; past it the bootstrap sends the first this many bytes
+# and the full size. 16 KiB, so an answer frame stays far below the 64 KiB a
+# frame or the socket may hold even when every byte is escaped once more. Both
+# bootstraps repeat it (stdlib-only files); a unit test checks they agree.
+RESULT_MAX_BYTES: Final = 16 * 1024
+# The most output a captured invocation keeps (``capture_output``); later lines
+# are counted, not kept: the worker's memory stays bounded whatever a handler prints.
+OUTPUT_CAPTURE_MAX_BYTES: Final = 256 * 1024
+
 # Timeouts: rule default and hard cap (a rule's timeout is clamped to the cap).
 DEFAULT_TIMEOUT_NS: Final = 6_000_000_000
 MAX_TIMEOUT_NS: Final = 300_000_000_000
@@ -92,6 +102,10 @@ class InvocationRequest(msgspec.Struct, frozen=True, kw_only=True):
     timeout_ns: int = DEFAULT_TIMEOUT_NS
     context: str = ""
     handler_context: HandlerContext | None = None
+    # keep the handler's output lines and its return value in the result
+    # (``relay function invoke``/``run`` show them; the lines are still forwarded
+    # as usual). Delivery never asks: the bootstrap then does not encode the value.
+    capture_output: bool = False
 
 
 class InvocationResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,6 +115,14 @@ class InvocationResult(msgspec.Struct, frozen=True, kw_only=True):
     handler. ``exit_code`` is the container's exit code when its process ended
     (a timeout or a crash), else ``None``. ``discarded`` is the discard reason
     when the container was thrown away instead of returned to the pool.
+
+    ``result`` is the handler's return value as JSON text (``None``: it returned
+    nothing, ``None``/``null``/``undefined``, or failed), at most
+    ``RESULT_MAX_BYTES``; ``result_size`` is the full text's size, larger than
+    ``len(result)`` when the bootstrap truncated it. ``output`` holds the
+    handler's output lines when the request asked for them (``capture_output``),
+    at most ``OUTPUT_CAPTURE_MAX_BYTES``; ``output_dropped`` counts the lines
+    past that bound. ``image`` is the image the container ran.
     """
 
     ok: bool
@@ -108,6 +130,15 @@ class InvocationResult(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = None
     duration_s: float = 0.0
     discarded: str | None = None
+    result: str | None = None
+    result_size: int = 0
+    output: tuple[str, ...] = ()
+    output_dropped: int = 0
+    image: str = ""
+
+    @property
+    def result_truncated(self) -> bool:
+        return self.result is not None and self.result_size > len(self.result)
 
 
 class PoolSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -141,3 +172,23 @@ def crashed(exc: BaseException) -> str:
 def failure_message(function: str, handler: str, detail: str) -> str:
     """The one-line error of a failed invocation, naming function and handler."""
     return f'function "{function}" handler "{handler}": {detail}'
+
+
+class CapturedOutput:
+    """A captured invocation's output lines: kept up to ``max_bytes`` (UTF-8, a
+    newline each), then only counted, so what a handler prints never grows memory."""
+
+    __slots__ = ("_room", "dropped", "lines")
+
+    def __init__(self, max_bytes: int = OUTPUT_CAPTURE_MAX_BYTES) -> None:
+        self.lines: list[str] = []
+        self.dropped = 0
+        self._room = max_bytes
+
+    def add(self, line: str) -> None:
+        size = len(line.encode("utf-8", errors="replace")) + 1
+        if self.dropped or size > self._room:
+            self.dropped += 1  # once full, later lines never slip in out of order
+            return
+        self._room -= size
+        self.lines.append(line)

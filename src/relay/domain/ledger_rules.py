@@ -83,7 +83,9 @@ CLASS_FIELD: Final = "@class"
 MALFORMED_FIELD: Final = "@dlq"
 
 def error_field(field: str) -> str:
-    """``@err:<field>``: the DLQ reason kept for an exhausted invocation."""
+    """``@err:<field>``: the invocation's last failure. Written by every failed
+    attempt: a retry keeps its error there while it backs off (``relay trace``
+    shows it), and exhaustion replaces it with the DLQ reason."""
     return f"@err:{field}"
 
 
@@ -275,7 +277,7 @@ def _write(h: Hash, report: AttemptReport, after: Marker | None) -> None:
         return
     assert after is not None
     h[field] = format_marker(after)
-    if isinstance(transition, Exhaust):
+    if isinstance(transition, Exhaust | Retry):
         h[error_field(field)] = report.error
 
 

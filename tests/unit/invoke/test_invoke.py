@@ -63,6 +63,10 @@ async def test_runs_matching_rules_in_declaration_order_with_env() -> None:
     assert first.env == {"API_URL": "https://api.example.com", "TOKEN": "s3cret"}
     assert first.event == b'{"event_name":"INSERT","table":"users"}'
     assert runtime.requests[1].timeout_ns == 20_000_000_000
+    # each run is reported, in order, with the output the command asked to keep
+    assert [run.handler for run in summary.handlers] == ["events.created.handler",
+                                                         "events.any.handler"]
+    assert all(r.capture_output for r in runtime.requests)
     # handler metrics move; the event classification and delivery counters never do
     snap = metrics.snapshot()
     assert snap.total("events_received") == 0

@@ -13,6 +13,7 @@ from relay.application.bus import MessageBus, Outcome
 from relay.domain.commands import InvokeFunction
 from relay.domain.errors import RelayError
 from relay.entrypoints.cli import app
+from tests.json_schemas import assert_matches_schema
 
 
 @pytest.fixture
@@ -103,3 +104,42 @@ def test_bad_event_input_fails_before_the_socket(run_dir: Path) -> None:
     assert "mutually exclusive" in both.stderr
     array = CliRunner().invoke(app, ["function", "invoke", "u", "--event", "[1]"])
     assert array.exit_code == 2
+
+
+@pytest.mark.anyio
+async def test_each_handler_run_is_printed_before_the_summary(run_dir: Path) -> None:
+    run = {"handler": "events.created.handler", "ok": True, "error": "", "duration_s": 0.5,
+           "image": "relay-fn-users:abc", "output": ["User created: 7"], "output_dropped": 0,
+           "result": '{"id": 7}', "result_size": 9}
+    worker = Worker({"invoked": 1, "failed": 0, "error": "", "handlers": [run]})
+    result = await run_cli(run_dir, worker, ["function", "invoke", "users", "--event", "{}"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "handler: events.created.handler",
+        "image: relay-fn-users:abc",
+        "output:",
+        "  User created: 7",
+        'returned: {"id": 7}',
+        "duration: 0.500s",
+        "",
+        "Invoked 1 handler",
+    ]
+
+
+@pytest.mark.anyio
+async def test_json_is_one_document_and_a_failure_exits_1(run_dir: Path) -> None:
+    error = 'function "users" handler "events.created.handler": boom'
+    run = {"handler": "events.created.handler", "ok": False, "error": error, "duration_s": 0.1,
+           "image": "relay-fn-users:abc", "output": ["Traceback ..."], "output_dropped": 0,
+           "result": None, "result_size": 0}
+    worker = Worker({"invoked": 1, "failed": 1, "error": error, "handlers": [run]})
+    result = await run_cli(
+        run_dir, worker, ["function", "invoke", "users", "--event", "{}", "--json"]
+    )
+    assert result.exit_code == 1
+    doc = assert_matches_schema(result.stdout)
+    assert (doc["function"], doc["invoked"], doc["failed"], doc["error"]) == (
+        "users", 1, 1, error
+    )
+    [shown] = doc["handlers"]
+    assert (shown["ok"], shown["output"], shown["returned"]) == (False, ["Traceback ..."], False)

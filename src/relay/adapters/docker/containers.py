@@ -30,7 +30,7 @@ from relay.adapters.docker.bootstraps import (
 )
 from relay.adapters.docker.direct import DirectLink, DirectSocket, DirectSockets
 from relay.adapters.docker.lines import LineBuffer, ProtocolError, StderrReader
-from relay.domain.execution import InvocationRequest
+from relay.domain.execution import CapturedOutput, InvocationRequest
 from relay.domain.handler_context import invocation_env
 
 log = structlog.get_logger(__name__)
@@ -164,6 +164,7 @@ class ExecutionContainer:
     _request: InvocationRequest | None = None
     _prefix: str = ""
     _output: Callable[[str], None] | None = None
+    _capture: CapturedOutput | None = None
 
     @property
     def id(self) -> str:
@@ -174,8 +175,12 @@ class ExecutionContainer:
         return self.spec.image
 
     async def call(
-        self, request: InvocationRequest, timeout_s: float, output: Callable[[str], None]
-    ) -> tuple[bool, str]:
+        self,
+        request: InvocationRequest,
+        timeout_s: float,
+        output: Callable[[str], None],
+        capture: CapturedOutput | None = None,
+    ) -> Answer:
         """Send one request and read until its answer, which comes after all its output.
 
         Raises ``DeadlinePassed`` when no answer came within ``timeout_s``,
@@ -198,6 +203,8 @@ class ExecutionContainer:
             "event": request.event.decode("utf-8", errors="replace"),
             "timeout_s": timeout_s,
         }
+        if request.capture_output:  # the return value too (delivery never asks)
+            frame["want_result"] = True
         channel = self.channel
         request_bytes = msgspec.json.encode(frame) + b"\n"
         link = self._link()
@@ -207,10 +214,11 @@ class ExecutionContainer:
             raise ProcessExited(str(exc)) from exc
         marker = END_MARKER_PREFIX + nonce.encode()
         self._output = output
+        self._capture = capture
         stderr = self._stderr
         stderr.begin(marker, self._line)  # what came after the previous answer
         # an answer from the socket, held until the output it counts has arrived
-        pending: _Answer | None = None
+        pending: Answer | None = None
         channel.arm(timeout_s)
         try:
             while True:
@@ -248,7 +256,7 @@ class ExecutionContainer:
         link = self.direct.link if self.direct is not None else None
         return link if link is not None and link.usable() else None
 
-    def _answer_on_socket(self, line: bytes, marker: bytes) -> _Answer:
+    def _answer_on_socket(self, line: bytes, marker: bytes) -> Answer:
         if not line.startswith(marker):
             raise ProtocolError("the socket carried something that is not this request's answer")
         answer = _parse_answer(line[len(marker) :])
@@ -256,11 +264,11 @@ class ExecutionContainer:
             raise ProtocolError("the answer on the socket does not count its output")
         return answer
 
-    def _result(self, answer: _Answer) -> tuple[bool, str]:
+    def _result(self, answer: Answer) -> Answer:
         if answer.channel and self.direct is not None:
             # the bootstrap could not reach the socket; it is served through stdin
             self.direct.owner.turn_off(f"the bootstrap in {self.image}: {answer.channel}")
-        return answer.ok, answer.error
+        return answer
 
     def _line_prefix(self) -> str:
         if not self._prefix:
@@ -270,7 +278,10 @@ class ExecutionContainer:
     def _line(self, raw: bytes) -> None:
         """Forward one output line of the current request's."""
         assert self._output is not None
-        self._output(self._line_prefix() + _line_text(raw))
+        text = _line_text(raw)
+        self._output(self._line_prefix() + text)
+        if self._capture is not None:
+            self._capture.add(text)
 
     def _stray_line(self, raw: bytes) -> None:
         if raw.strip():
@@ -331,9 +342,14 @@ async def remove_container(container: Any) -> None:
             log.warning("container_remove_failed", container=container.id, error=repr(exc))
 
 
-class _Answer(msgspec.Struct):
+class Answer(msgspec.Struct):
+    """The bootstrap's answer to one request (see ``bootstraps/__init__.py``)."""
+
     ok: bool
     error: str
+    # the return value's JSON text, bounded by the bootstrap; its full size when cut
+    result: str | None = None
+    result_size: int = 0
     # set in the first answer of a bootstrap that was offered a socket and could
     # not connect: why
     channel: str = ""
@@ -341,10 +357,10 @@ class _Answer(msgspec.Struct):
     out: int = -1
 
 
-_ANSWER = msgspec.json.Decoder(_Answer)
+_ANSWER = msgspec.json.Decoder(Answer)
 
 
-def _parse_answer(raw: bytes) -> _Answer:
+def _parse_answer(raw: bytes) -> Answer:
     try:
         return _ANSWER.decode(raw)
     except msgspec.ValidationError as exc:

@@ -44,6 +44,7 @@ from relay.domain.execution import (
     DISCARD_PROTOCOL_ERROR,
     DISCARD_SHUTDOWN,
     DISCARD_TIMEOUT,
+    CapturedOutput,
     InvocationRequest,
     InvocationResult,
     PoolSnapshot,
@@ -79,6 +80,8 @@ class _Ran(NamedTuple):
     error: str
     reason: str | None
     exit_code: int | None = None
+    result: str | None = None
+    result_size: int = 0
 
 
 class DockerContainerRuntime:
@@ -193,8 +196,9 @@ class DockerContainerRuntime:
                     await container.destroy()
                 raise
         begun = time.monotonic()
+        capture = CapturedOutput() if request.capture_output else None
         try:
-            ran = await self._run(container, request)
+            ran = await self._run(container, request, capture)
         except BaseException:
             # cancelled mid-request (shutdown): the container's state is unknown
             pool.discard_busy(container, DISCARD_SHUTDOWN)
@@ -222,14 +226,24 @@ class DockerContainerRuntime:
             exit_code=ran.exit_code,
             duration_s=duration,
             discarded=reason,
+            result=ran.result,
+            result_size=ran.result_size,
+            output=tuple(capture.lines) if capture is not None else (),
+            output_dropped=capture.dropped if capture is not None else 0,
+            image=container.image,
         )
 
-    async def _run(self, container: ExecutionContainer, request: InvocationRequest) -> _Ran:
+    async def _run(
+        self,
+        container: ExecutionContainer,
+        request: InvocationRequest,
+        capture: CapturedOutput | None,
+    ) -> _Ran:
         """One request on a leased container; ``reason`` set when it must be discarded."""
         timeout_s = clamp_timeout_ns(request.timeout_ns) / 1e9
         try:
             # the container keeps the deadline (one timer, no cancel scope per call)
-            ok, error = await container.call(request, timeout_s, self._output)
+            answer = await container.call(request, timeout_s, self._output, capture)
         except DeadlinePassed:
             return _Ran(False, f"timed out after {timeout_s:g}s", DISCARD_TIMEOUT)
         except ProcessExited:
@@ -242,7 +256,10 @@ class DockerContainerRuntime:
         except Exception as exc:  # noqa: BLE001 - the attachment broke in a way we did not foresee
             log.warning("container_stream_failed", function=request.function, error=repr(exc))
             return _Ran(False, f"lost the container's stream: {exc!r}", DISCARD_PROTOCOL_ERROR)
-        return _Ran(ok, error, None)
+        if answer.result is None:
+            return _Ran(answer.ok, answer.error, None)
+        size = max(answer.result_size, len(answer.result))
+        return _Ran(answer.ok, answer.error, None, result=answer.result, result_size=size)
 
     async def _lease_live(
         self, pool: FunctionPool, leased: PooledContainer | None = None

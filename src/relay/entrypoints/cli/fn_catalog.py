@@ -13,6 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -63,11 +64,27 @@ def register(app: typer.Typer) -> None:
     app.command("inspect")(inspect_)
 
 
-def ls(as_json: JsonFlag = False) -> None:
+FunctionsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--functions", metavar="DIR",
+        help="List this directory's functions instead, with no worker (see docs/cli.md).",
+    ),
+]
+
+
+def ls(as_json: JsonFlag = False, functions: FunctionsOption = None) -> None:
     """List loaded functions."""
-    db = _open()
-    rows = [] if db is None else _read(db, lambda d: d.rows("functions"))
-    data = [data for _name, data, _updated in rows]
+    if functions is not None:
+        from relay.entrypoints.cli import offline_catalog
+
+        loaded = offline_catalog.loaded_functions(functions)
+        offline_catalog.warn_invalid(loaded, functions)
+        data: Sequence[Mapping[str, Any]] = offline_catalog.function_rows(loaded)
+    else:
+        db = _open()
+        rows = [] if db is None else _read(db, lambda d: d.rows("functions"))
+        data = [data for _name, data, _updated in rows]
     if as_json:
         from relay.entrypoints.cli.fn_catalog_json import ls_document
 

@@ -19,6 +19,10 @@ COMMANDS = {
     "invoke": Lazy(
         f"{_FN}invoke:register", "Run a function's matching handlers on the live worker."
     ),
+    "run": Lazy(
+        f"{_FN}run:register",
+        "Run one handler once in its container, without a worker (exit 1 if it fails).",
+    ),
     "validate": Lazy(
         f"{_FN}authoring:register",
         "Validate function directories without Docker or Redis (exit 1 if any is invalid).",

@@ -16,6 +16,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -27,7 +28,7 @@ from relay.domain.errors import RelayError
 from relay.domain.schedule import INSTANT_LENGTH
 from relay.entrypoints.cli.brokers import open_store, redis_client
 from relay.entrypoints.cli.common import fail, out
-from relay.entrypoints.cli.fn_catalog import next_fire_at, next_fire_text
+from relay.entrypoints.cli.fn_catalog import FunctionsOption, next_fire_at, next_fire_text
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import load_broker_settings, load_paths
 
@@ -35,8 +36,11 @@ app = typer.Typer(help="Inspect cron schedules.", no_args_is_help=True)
 
 
 @app.command("ls")
-def ls(as_json: JsonFlag = False) -> None:
+def ls(as_json: JsonFlag = False, functions: FunctionsOption = None) -> None:
     """List every schedule with its last published and next occurrence."""
+    if functions is not None:
+        _ls_offline(functions, as_json=as_json)
+        return
     rows = _schedules()
     prefixes = [schedule.schedule_prefix(fn, str(s.get("handler", ""))) for fn, s in rows]
     last: dict[str, str] | None
@@ -51,6 +55,21 @@ def ls(as_json: JsonFlag = False) -> None:
         emit_json("schedule.ls", schedules_document(rows, last, problem, time.time()))
         return
     for line in render_schedules(rows, last, time.time()):
+        out(line)
+
+
+def _ls_offline(directory: Path, *, as_json: bool) -> None:
+    """The schedules of a directory's valid functions; the broker is not read."""
+    from relay.entrypoints.cli import offline_catalog
+
+    loaded = offline_catalog.loaded_functions(directory)
+    offline_catalog.warn_invalid(loaded, directory)
+    rows = offline_catalog.schedule_rows(loaded)
+    if as_json:
+        document = schedules_document(rows, None, offline_catalog.NOT_READ, time.time())
+        emit_json("schedule.ls", document)
+        return
+    for line in render_schedules(rows, None, time.time()):
         out(line)
 
 

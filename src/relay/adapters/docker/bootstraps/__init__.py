@@ -4,11 +4,18 @@ Protocol (version ``BOOTSTRAP_VERSION``), one request at a time:
 
 * Relay writes one request per line on the container's stdin: a JSON object
   ``{"id": nonce, "handler": ..., "env": {...}, "event": "<event JSON text>",
-  "timeout_s": float}``.
+  "timeout_s": float}``, plus ``"want_result": true`` when the return value is wanted.
 * The handler's stdout and stderr both go to the container's stderr stream.
 * The bootstrap answers with ONE frame, written on that same stderr stream
   right after flushing the handler's output:
-  ``\\x1erelay-end:<nonce>{"ok": bool, "error": str}\\n``. Stream order means
+  ``\\x1erelay-end:<nonce>{"ok": bool, "error": str}\\n``; when the request
+  said ``"want_result": true`` (``relay function run``/``invoke``; delivery never
+  does), a handler that succeeded and returned something other than
+  None/null/undefined adds
+  ``"result"``: the value's JSON text (ASCII), at most ``RESULT_MAX_BYTES`` of
+  ``relay.domain.execution``, and ``"result_size"``, the full text's length,
+  when it was cut (a value that is not JSON is sent as its repr/String, a JSON
+  string). Stream order means
   every line the handler printed reaches Relay before the answer does; the
   nonce (which the handler never sees) means a handler cannot forge one. A
   frame may start mid-line (after a partial line the handler left); anything
@@ -35,7 +42,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Final
 
-BOOTSTRAP_VERSION: Final = "7"
+BOOTSTRAP_VERSION: Final = "8"
 
 _FILES: Final = {
     "python3.14": ("python_bootstrap.py", "/relay/bootstrap.py", ["python", "-u"]),

@@ -18,6 +18,10 @@ const IDLE_MS = Number(process.env.RELAY_IDLE_DEADLINE_S || '330') * 1000;
 const APP_DIR = process.env.RELAY_APP_DIR || process.cwd();
 const END_MARKER = '\x1erelay-end:';
 const CHANNEL = process.env.RELAY_CHANNEL || '';
+// The most of a return value's JSON text an answer carries (relay.domain.execution
+// RESULT_MAX_BYTES; a test checks both agree). The text is made ASCII first (as
+// Python's json.dumps does), so characters are bytes.
+const RESULT_MAX_BYTES = 16 * 1024;
 
 // fd 1 becomes a second handle on the stderr pipe (open() takes the lowest free
 // fd): raw writes to fd 1 and child processes inheriting it then share the
@@ -99,6 +103,32 @@ function describe(err) {
   return String(err).split('\n')[0].slice(0, 500);
 }
 
+function showable(value) {
+  let text;
+  try {
+    text = JSON.stringify(value);
+  } catch {
+    text = undefined; // a BigInt, a cycle
+  }
+  if (text === undefined) {
+    try {
+      text = JSON.stringify(String(value)); // a function, a symbol, ...
+    } catch {
+      text = JSON.stringify(`<${typeof value} that cannot be shown>`);
+    }
+  }
+  return text.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+// The return value for the answer: none for undefined or null, else its JSON
+// text cut at RESULT_MAX_BYTES with the full size beside it.
+function resultFields(value) {
+  if (value === undefined || value === null) return {};
+  const text = showable(value);
+  if (text.length <= RESULT_MAX_BYTES) return { result: text };
+  return { result: text.slice(0, RESULT_MAX_BYTES), result_size: text.length };
+}
+
 async function serveOne(line) {
   if (idleTimer) clearTimeout(idleTimer);
   let request;
@@ -120,9 +150,10 @@ async function serveOne(line) {
   Atomics.store(deadline, 0, BigInt(Date.now() + timeoutMs + GRACE_MS));
   let ok = true;
   let error = '';
+  let value;
   try {
     const fn = await loadHandler(request.handler);
-    await fn(JSON.parse(request.event));
+    value = await fn(JSON.parse(request.event));
   } catch (err) {
     process.stderr.write(`${err && err.stack ? err.stack : String(err)}\n`);
     ok = false;
@@ -136,7 +167,8 @@ async function serveOne(line) {
   }
   // one frame through the stderr stream, after everything queued on it (a big
   // write to a pipe can still be pending): Relay sees all the output first
-  const answer = { ok, error };
+  // only a run someone watches asks: delivery never pays to encode the value
+  const answer = ok && request.want_result === true ? { ok, error, ...resultFields(value) } : { ok, error };
   if (channelProblem) {
     answer.channel = channelProblem; // why the offered socket is not used, said once
     channelProblem = '';

@@ -47,6 +47,9 @@ CHANNEL = os.environ.get("RELAY_CHANNEL") or ""
 END_MARKER = "\x1erelay-end:"
 _MISSING = object()
 _OK = '{"ok": true, "error": ""}'  # json.dumps of the usual answer, made once
+# The most of a return value's JSON text an answer carries (relay.domain.execution
+# RESULT_MAX_BYTES; a test checks both agree): ASCII, so characters are bytes.
+RESULT_MAX_BYTES = 16 * 1024
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -89,12 +92,28 @@ async def _await(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
-def _run(handler: str, event_text: str) -> None:
+def _run(handler: str, event_text: str) -> Any:
     fn = _resolve(handler)
     event = json.loads(event_text)
     result = fn(event)
     if inspect.isawaitable(result):
-        asyncio.run(_await(result))
+        result = asyncio.run(_await(result))
+    return result
+
+
+def _result_fields(value: Any) -> dict[str, object]:
+    """The return value for the answer: its JSON text (its repr as a JSON string
+    when it is not JSON), cut at RESULT_MAX_BYTES with the full size beside it."""
+    try:
+        text = json.dumps(value)
+    except Exception:  # noqa: BLE001 - not JSON (a set, an object, a cycle): say what it was
+        try:
+            text = json.dumps(repr(value))
+        except Exception:  # noqa: BLE001 - a repr that raises
+            text = json.dumps(f"<{type(value).__name__} that cannot be shown>")
+    if len(text) <= RESULT_MAX_BYTES:
+        return {"result": text}
+    return {"result": text[:RESULT_MAX_BYTES], "result_size": len(text)}
 
 
 def _describe(exc: BaseException) -> str:
@@ -141,6 +160,8 @@ def _serve_one(line: bytes, answer: Callable[[str, str], None]) -> None:
         env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
         timeout_s = float(request.get("timeout_s") or 6)
         event_text = request["event"]
+        # only a run someone watches asks: delivery never pays to encode the value
+        want_result = request.get("want_result") is True
     except Exception as exc:  # noqa: BLE001 - any malformed request is a protocol error
         # no usable nonce: this can only be output (Relay's own deadline ends it)
         _write_all(2, f"\nrelay bootstrap: bad request: {_describe(exc)}\n".encode())
@@ -150,10 +171,10 @@ def _serve_one(line: bytes, answer: Callable[[str, str], None]) -> None:
     # handler hangs, the kernel ends the process at timeout + grace (SIGALRM's
     # default action; no Python code, so it works even inside blocking C code).
     signal.setitimer(signal.ITIMER_REAL, timeout_s + GRACE_S)
-    ok, error = True, ""
+    ok, error, value = True, "", None
     try:
         _apply_env(env)  # ValueError for a name the OS refuses: a failure
-        _run(handler, event_text)
+        value = _run(handler, event_text)
     except SystemExit as exc:
         if exc.code not in (None, 0):
             ok, error = False, f"handler exited with status {exc.code}"
@@ -164,7 +185,12 @@ def _serve_one(line: bytes, answer: Callable[[str, str], None]) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
     # after the handler's buffered output, on the same fd: stream order
     _flush_std()
-    answer(nonce, _OK if ok else json.dumps({"ok": False, "error": error}))
+    if not ok:
+        answer(nonce, json.dumps({"ok": False, "error": error}))
+    elif value is None or not want_result:
+        answer(nonce, _OK)
+    else:
+        answer(nonce, _adding(_OK, **_result_fields(value)))
 
 
 def _serve(sources: list[int], answer: Callable[[str, str], None]) -> None:

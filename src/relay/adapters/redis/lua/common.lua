@@ -12,7 +12,8 @@
 -- Reserved message-level fields start with '@' (function names cannot):
 --   @class  the once-only classification, '<classification>#<token>'
 --   @dlq    the placeholder DLQ entry id of a malformed message
---   @err:<function>/<handler>  the DLQ reason of an exhausted invocation
+--   @err:<function>/<handler>  the last error: a retry's while it backs off, then the
+--                              DLQ reason of an exhausted invocation
 --   @dlq:<function>/<handler>  the id of its DLQ entry, once written
 --   @at:<function>/<handler>   '<ms>#<token>': when its current or last attempt was
 --                              claimed (server clock) and by which token
@@ -308,7 +309,9 @@ local function finish_step(c, clock, token, reports_s, gates_s, released_s, errs
       if kind == 'ok' then
         hset(c, h, f, 'ok')
       elseif kind == 'retry' then
-        hset(c, h, f, 'next_attempt_at:' .. fmt(clock() + tonumber(arg)) .. '#' .. fmt(attempt))
+        -- the error too, so it can be read while the invocation backs off
+        hset2(c, h, f, 'next_attempt_at:' .. fmt(clock() + tonumber(arg)) .. '#' .. fmt(attempt),
+          '@err:' .. f, err)
       elseif kind == 'exhaust' then
         hset2(c, h, f, 'exhausted:' .. fmt(attempt), '@err:' .. f, err)
       else -- release: what the claim replaced comes back as it was
