@@ -15,13 +15,20 @@ be done once for the whole run, however many workers there are, is done here:
   the controller removes the run's images when the whole run is over.
 
 Tests that cannot run beside others are marked ``serial``: ``scripts/test`` runs them on
-their own after the parallel part (and ``-m "not serial"`` leaves them out of it).
+their own after the parallel part (``--serial=parallel|serial`` selects a part).
+
+``--dist loadgroup`` is scheduled here, not by xdist: xdist 3.8 marks a group by
+rewriting ``item._nodeid``, which pytest 9 no longer reads, so its groups are silently
+ignored. ``GroupScheduling`` sends every test to any worker, except that a module whose
+source names ``pytest.mark.xdist_group("NAME")`` goes whole, with every other module of
+that group, to one worker (its module fixtures then set up once).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import secrets
 import shutil
 import tempfile
@@ -74,6 +81,42 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_configure_node(node: Any) -> None:
     """Controller side: every worker gets the controller's run id."""
     node.workerinput[RUN_ID_KEY] = node.config.stash[_RUN_ID]
+
+
+_GROUP = re.compile(r"""pytest\.mark\.xdist_group\(\s*["']([^"']+)["']""")
+
+
+def module_group(path: Path) -> str | None:
+    """The xdist group a test module names (see the module docstring), if any."""
+    try:
+        found = _GROUP.search(path.read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # an xdist hook: the controller's scheduler
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import (  # type: ignore[import-untyped]  # noqa: PLC0415 - only with xdist
+        LoadScopeScheduling,
+    )
+
+    root = config.rootpath
+    groups: dict[str, str | None] = {}
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """One work unit per test, or per group; bigger units are handed out first."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path not in groups:
+                groups[path] = module_group(root / path)
+            group = groups[path]
+            return f"xdist_group:{group}" if group else nodeid
+
+    return GroupScheduling(config, log)
 
 
 def is_controller(config: pytest.Config) -> bool:
