@@ -7,11 +7,13 @@ import os
 import pytest
 from hypothesis import settings
 
-pytest_plugins = ["tests.testbed", "tests.gitbed"]
+pytest_plugins = ["tests.testbed", "tests.gitbed", "tests.shared_run"]
 
-# Property tests: a quick default for every run; HYPOTHESIS_PROFILE=thorough for a
-# deeper search (10x the examples) before a release or after touching the matcher.
-settings.register_profile("default", max_examples=150, deadline=None)
+# Property tests: a quick profile for every run (CI included); a deeper search (15x the
+# examples) before a release or after touching the matcher, with either
+# `--hypothesis-profile=thorough` (hypothesis' own pytest flag, which wins) or
+# HYPOTHESIS_PROFILE=thorough (what scripts/test passes on to every xdist worker).
+settings.register_profile("default", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=1500, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

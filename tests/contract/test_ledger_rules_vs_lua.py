@@ -412,7 +412,8 @@ _serial = itertools.count()
 
 
 @settings(
-    max_examples=400,
+    # 4x the profile's examples (400 in the quick one): the sequences are long.
+    max_examples=4 * settings().max_examples,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

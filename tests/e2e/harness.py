@@ -47,6 +47,26 @@ def run_relay(
     )
 
 
+def run_relay_in_process(
+    args: list[str], env: Mapping[str, str] | None = None, *, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``run_relay`` without a process of its own: the same typer app through typer's
+    runner, for assertions about what a command answers rather than about the installed
+    command (an interpreter start costs a second per command, and polling loops pay it
+    on every poll). ``env`` is laid over this process's environment, as ``run_relay``
+    does."""
+    from typer.testing import CliRunner  # noqa: PLC0415 - only the tests that use it
+
+    from relay.entrypoints.cli import app  # noqa: PLC0415
+
+    result = CliRunner().invoke(app, args, env=dict(env or {}), input=stdin)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(
+        [RELAY, *args], result.exit_code, result.stdout, result.stderr
+    )
+
+
 def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> object:
     """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
     deadline = time.monotonic() + timeout

@@ -33,7 +33,15 @@ from tests.e2e.compose_support import (
 
 COMPOSE_FILE = ROOT / "compose.dev.yaml"
 
-pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.timeout(300)]
+# One xdist worker runs both compose modules, one after the other: each builds the same
+# relay:latest tag (`up --build`), and its stack is a module fixture that must come up
+# once, not once per worker that would otherwise get some of the module's tests.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.docker,
+    pytest.mark.timeout(300),
+    pytest.mark.xdist_group("compose"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,15 @@ COMPOSE_FILE = ROOT / "compose.embedded.yaml"
 BROKER_FILE = "/var/lib/relay/broker.sqlite3"
 MESSAGE_ID = re.compile(r"\d+-\d+")  # the embedded broker's ids: ms-seq, like Redis's
 
-pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.timeout(300)]
+# One xdist worker runs both compose modules, one after the other: each builds the same
+# relay:latest tag (`up --build`), and its stack is a module fixture that must come up
+# once, not once per worker that would otherwise get some of the module's tests.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.docker,
+    pytest.mark.timeout(300),
+    pytest.mark.xdist_group("compose"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,14 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import WorkerFactory
-from tests.e2e.harness import EXAMPLES, RelayWorker, copy_function, run_relay, wait_until
+from tests.e2e.harness import (
+    EXAMPLES,
+    RelayWorker,
+    copy_function,
+    run_relay,
+    run_relay_in_process,
+    wait_until,
+)
 from tests.e2e.test_walking_skeleton import EXAMPLE_EVENT, pending_ids, write_failing_function
 from tests.json_schemas import assert_matches_schema
 
@@ -69,7 +76,8 @@ def acked(client: redis.Redis, stream: str, group: str, message_id: object) -> N
 
 
 def stats_value(worker: RelayWorker, label: str) -> str:
-    result = run_relay(["stats"], worker.admin_env)
+    # in-process: polled in loops, where an interpreter start per poll adds up
+    result = run_relay_in_process(["stats"], worker.admin_env)
     assert result.returncode == 0, result.stderr
     found = re.search(rf"^{re.escape(label)}:\s+(.*)$", result.stdout, re.MULTILINE)
     assert found, result.stdout
@@ -153,6 +161,8 @@ def test_stats_metrics_and_pool_counters_through_a_run_and_a_reset(
     tmp_path: Path,
 ) -> None:
     copy_function(EXAMPLES / FUNCTION, functions_dir)
+    # The installed command once; the admin commands against the live worker below run
+    # in-process (ten interpreter starts made this test the slowest of its tier).
     fresh = run_relay(["stats"], {"RELAY_STATE_DIR": str(tmp_path / "fresh")})
     assert fresh.returncode == 0
     assert "Events received:     0\n" in fresh.stdout
@@ -184,7 +194,7 @@ def test_stats_metrics_and_pool_counters_through_a_run_and_a_reset(
     assert stats_value(worker, "Events unmatched") == "1"
     assert stats_value(worker, "Handler successes") == "2"
     assert stats_value(worker, "Updated") != "never"
-    inspect = run_relay(["function", "inspect", FUNCTION], worker.admin_env)
+    inspect = run_relay_in_process(["function", "inspect", FUNCTION], worker.admin_env)
     assert re.search(r"^  Cold starts:\s+1$", inspect.stdout, re.MULTILINE), inspect.stdout
     assert re.search(r"^  Warm acquires:\s+1$", inspect.stdout, re.MULTILINE), inspect.stdout
     assert re.search(r"^  Events matched:\s+2$", inspect.stdout, re.MULTILINE), inspect.stdout
@@ -194,7 +204,7 @@ def test_stats_metrics_and_pool_counters_through_a_run_and_a_reset(
     assert "Last failure:" not in inspect.stdout
     # the same facts as documents, from the live worker (its pool) and the flushed stats
     shown = assert_matches_schema(
-        run_relay(["function", "inspect", FUNCTION, "--json"], worker.admin_env).stdout
+        run_relay_in_process(["function", "inspect", FUNCTION, "--json"], worker.admin_env).stdout
     )
     assert shown["pool"]["live"] is not None
     assert shown["pool"]["live"]["capacity"] >= 1
@@ -202,16 +212,20 @@ def test_stats_metrics_and_pool_counters_through_a_run_and_a_reset(
     assert shown["stats"]["events_matched"] == 2
     assert shown["stats"]["last_success_at"] is not None
     assert shown["stats"]["last_failure_at"] is None
-    totals = assert_matches_schema(run_relay(["stats", "--json"], worker.admin_env).stdout)
+    totals = assert_matches_schema(
+        run_relay_in_process(["stats", "--json"], worker.admin_env).stdout
+    )
     assert (totals["events_received"], totals["events_unmatched"]) == (3, 1)
     assert totals["updated_at"] is not None
-    listed = assert_matches_schema(run_relay(["function", "ls", "--json"], worker.admin_env).stdout)
+    listed = assert_matches_schema(
+        run_relay_in_process(["function", "ls", "--json"], worker.admin_env).stdout
+    )
     assert [(f["name"], f["status"]) for f in listed["functions"]] == [(FUNCTION, "ready")]
 
-    reset = run_relay(["stats", "reset"], worker.admin_env)
+    reset = run_relay_in_process(["stats", "reset"], worker.admin_env)
     assert reset.returncode == 0, reset.stderr
     assert stats_value(worker, "Events received") == "0"
-    after_reset = run_relay(["function", "inspect", FUNCTION], worker.admin_env)
+    after_reset = run_relay_in_process(["function", "inspect", FUNCTION], worker.admin_env)
     assert "Last success:" not in after_reset.stdout, after_reset.stdout
     client.xadd(stream, {"event": json.dumps(EXAMPLE_EVENT)})
     wait_until(

@@ -7,8 +7,8 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ from relay.adapters.docker.bootstraps import bootstrap_source
 from relay.adapters.docker.runtime import DockerContainerRuntime
 from relay.domain.execution import InvocationRequest, InvocationResult
 from relay.domain.messages import DomainEvent
-from tests.testbed import TEST_LABEL, new_unique
+from tests.shared_run import SharedImages
+from tests.testbed import TEST_LABEL
 
 APP_DIR = Path(__file__).parent / "runtime_app"
 
@@ -32,13 +33,12 @@ BOTH_WAYS = pytest.mark.parametrize(
 BASES = {"python3.14": ("python:3.14-slim", "python"), "node24": ("node:24-alpine", "node")}
 
 
-@contextmanager
-def built_image(client: Any, runtime: str, extra: str = "") -> Iterator[str]:
+def built_image(images: SharedImages, runtime: str, extra: str = "") -> str:
     """A test image FROM the runtime's base with the bootstrap and the probe app.
 
-    Labelled ``relay.test=true`` with a unique tag, removed afterwards."""
+    Labelled ``relay.test=true``; built once per test run whichever worker asks first
+    (the same recipe gives the same tag) and removed when the whole run is over."""
     base, app = BASES[runtime]
-    tag = f"relay-test-runtime-{runtime.replace('.', '')}:{new_unique()}"
     path, source = bootstrap_source(runtime)
     with tempfile.TemporaryDirectory() as context:
         root = Path(context)
@@ -48,11 +48,7 @@ def built_image(client: Any, runtime: str, extra: str = "") -> Iterator[str]:
             f"FROM {base}\nCOPY bootstrap {path}\nCOPY app /app\nWORKDIR /app\n"
             f"LABEL {TEST_LABEL}=true\n{extra}\n"
         )
-        client.images.build(path=context, tag=tag, rm=True, forcerm=True)
-    try:
-        yield tag
-    finally:
-        client.images.remove(tag, force=True)
+        return images.build(f"relay-test-runtime-{runtime.replace('.', '')}", root)
 
 
 class Captured:

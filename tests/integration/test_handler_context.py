@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from tests.integration.runtime_support import (
     request,
     runtime_for,
 )
+from tests.shared_run import SharedImages
 from tests.testbed import DockerEngine
 from tests.unit.delivery_world import rule
 
@@ -41,16 +42,14 @@ def deadline(text: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def py_image(docker_engine: DockerEngine) -> Iterator[str]:
-    with built_image(docker_engine.client, PY) as tag:
-        yield tag
+def py_image(docker_engine: DockerEngine, shared_images: SharedImages) -> str:
+    return built_image(shared_images, PY)
 
 
 @pytest.fixture(scope="module")
-def node_image(docker_engine: DockerEngine) -> Iterator[str]:
+def node_image(docker_engine: DockerEngine, shared_images: SharedImages) -> str:
     docker_engine.require_image("node:24-alpine")
-    with built_image(docker_engine.client, NODE) as tag:
-        yield tag
+    return built_image(shared_images, NODE)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -35,6 +35,7 @@ from relay.domain.template import parse_template
 from tests.fakes import InMemorySecretStore
 from tests.integration.delivery_support import bytes_client, text
 from tests.integration.runtime_support import built_image, poll, runtime_for
+from tests.shared_run import SharedImages
 from tests.testbed import DockerEngine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis, pytest.mark.docker]
@@ -45,9 +46,8 @@ TIMEOUT_MS = 2_000
 
 
 @pytest.fixture(scope="module")
-def image(docker_engine: DockerEngine) -> Iterator[str]:
-    with built_image(docker_engine.client, PY) as tag:
-        yield tag
+def image(docker_engine: DockerEngine, shared_images: SharedImages) -> str:
+    return built_image(shared_images, PY)
 
 
 @pytest.fixture

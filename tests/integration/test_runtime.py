@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from tests.integration.runtime_support import (
     runtime_for,
     worker_containers,
 )
+from tests.shared_run import SharedImages
 from tests.testbed import DockerEngine
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -53,15 +53,13 @@ BOTH_LOOPS = pytest.mark.parametrize(
 
 
 @pytest.fixture(scope="module")
-def image(docker_engine: DockerEngine) -> Iterator[str]:
-    with built_image(docker_engine.client, PY, "ENV APP_VERSION=1") as tag:
-        yield tag
+def image(docker_engine: DockerEngine, shared_images: SharedImages) -> str:
+    return built_image(shared_images, PY, "ENV APP_VERSION=1")
 
 
 @pytest.fixture(scope="module")
-def image_v2(docker_engine: DockerEngine) -> Iterator[str]:
-    with built_image(docker_engine.client, PY, "ENV APP_VERSION=2") as tag:
-        yield tag
+def image_v2(docker_engine: DockerEngine, shared_images: SharedImages) -> str:
+    return built_image(shared_images, PY, "ENV APP_VERSION=2")
 
 
 def discards(events: list[Any]) -> list[str]:

@@ -4,8 +4,6 @@ keeps serving (Python bootstrap, both ways a request can travel)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from relay.adapters.docker.attach import READ_LIMIT
@@ -20,6 +18,7 @@ from tests.integration.runtime_support import (
     request,
     runtime_for,
 )
+from tests.shared_run import SharedImages
 from tests.testbed import DockerEngine
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -32,9 +31,8 @@ ONE_READ = 256 * 1024
 
 
 @pytest.fixture(scope="module")
-def image(docker_engine: DockerEngine) -> Iterator[str]:
-    with built_image(docker_engine.client, PY) as tag:
-        yield tag
+def image(docker_engine: DockerEngine, shared_images: SharedImages) -> str:
+    return built_image(shared_images, PY)
 
 
 def the_idle_container(runtime: object) -> ExecutionContainer:

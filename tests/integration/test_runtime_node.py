@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from tests.integration.runtime_support import (
     runtime_for,
     worker_containers,
 )
+from tests.shared_run import SharedImages
 from tests.testbed import DockerEngine
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -30,10 +30,9 @@ FN = "node-fn"
 
 
 @pytest.fixture(scope="module")
-def image(docker_engine: DockerEngine) -> Iterator[str]:
+def image(docker_engine: DockerEngine, shared_images: SharedImages) -> str:
     docker_engine.require_image("node:24-alpine")
-    with built_image(docker_engine.client, NODE) as tag:
-        yield tag
+    return built_image(shared_images, NODE)
 
 
 async def test_warm_reuse_env_and_output(image: str, unique: str) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import aiodocker
 import pytest
 
@@ -16,6 +14,7 @@ from tests.integration.runtime_support import (
     runtime_for,
     worker_containers,
 )
+from tests.shared_run import SharedImages
 from tests.testbed import DockerCleanup, DockerEngine
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -24,9 +23,8 @@ PY = "python3.14"
 
 
 @pytest.fixture(scope="module")
-def image(docker_engine: DockerEngine) -> Iterator[str]:
-    with built_image(docker_engine.client, PY) as tag:
-        yield tag
+def image(docker_engine: DockerEngine, shared_images: SharedImages) -> str:
+    return built_image(shared_images, PY)
 
 
 async def test_missing_network_fails_naming_it(unique: str) -> None:
