@@ -25,6 +25,7 @@ from relay.domain.execution import (
 )
 from relay.domain.functions import BuildTemplate, FunctionImage
 from relay.domain.ledger_rules import DeadLetterWriteError
+from relay.domain.names import validate_secret_name
 from relay.domain.outcome import (
     BeginRequest,
     BeginResult,
@@ -41,7 +42,7 @@ from relay.domain.outcome import (
 from relay.domain.retention import StreamId
 from relay.domain.schedule import Envelope
 from relay.domain.services import DesiredService, ObservedReplica, ResolvedImage
-from relay.domain.stats import StatsSnapshot, zeroed
+from relay.domain.stats import GLOBAL_KEYS, StatsSnapshot, zeroed
 from relay.domain.template import ServiceSpec
 
 
@@ -97,13 +98,15 @@ class SequentialTokens:
 
 # --- execution: secrets and the container runtime ------------------------------------
 class InMemorySecretStore:
-    """``SecretStore`` in a dict; ``reads`` records every name looked up."""
+    """``SecretStore`` in a dict; ``reads`` records every name looked up. Names are
+    judged by the domain's rule, as the filesystem store does."""
 
     def __init__(self, values: dict[str, str] | None = None) -> None:
         self.values: dict[str, str] = dict(values or {})
         self.reads: list[str] = []
 
     def get(self, name: str) -> str:
+        validate_secret_name(name)
         self.reads.append(name)
         try:
             return self.values[name]
@@ -114,9 +117,11 @@ class InMemorySecretStore:
         return sorted(self.values)
 
     def set(self, name: str, value: str) -> None:
+        validate_secret_name(name)
         self.values[name] = value
 
     def remove(self, name: str) -> None:
+        validate_secret_name(name)
         if self.values.pop(name, None) is None:
             raise SecretNotFound(f'secret "{name}" is not set')
 
@@ -543,8 +548,11 @@ class InMemoryLedger:
 
 # --- stats (control plane) ------------------------------------------------------------
 class InMemoryStatsStore:
-    """``StatsStore`` in memory. ``writes`` records every save/reset in order;
-    ``gate`` (when set) holds ``save`` open after ``saving`` is set, so a test can
+    """``StatsStore`` in memory, with the SQLite store's row semantics (proven by
+    ``tests/contract/test_stats_store_contract.py``): a save replaces the global row
+    and the listed functions' rows only, times are kept to the second, and a load
+    reads every known key. ``writes`` records every save/reset in order; ``gate``
+    (when set) holds ``save`` open after ``saving`` is set, so a test can
     interleave a reset with an in-flight flush."""
 
     def __init__(self) -> None:
@@ -560,17 +568,28 @@ class InMemoryStatsStore:
         self.saving.set()
         if self.gate is not None:
             await self.gate.wait()
-        self.persisted = StatsSnapshot(
-            totals=snapshot.totals,
-            functions=snapshot.functions,
-            updated_at=at,
-            timestamps=snapshot.timestamps,
-        )
+        self._write(snapshot, at)
         self.writes.append(("save", self.persisted))
 
     async def reset(self, at: float) -> None:
-        self.persisted = zeroed(self.persisted)
+        self._write(zeroed(self.persisted), at)
         self.writes.append(("reset", self.persisted))
+
+    def _write(self, snapshot: StatsSnapshot, at: float) -> None:
+        old = self.persisted
+        functions = dict(old.functions)
+        timestamps = dict(old.timestamps)
+        for name in snapshot.function_names():
+            functions[name] = {k: max(0, v) for k, v in snapshot.function(name).items()}
+            timestamps.pop(name, None)
+            if last := snapshot.last(name):
+                timestamps[name] = {k: float(int(v)) for k, v in last.items()}
+        self.persisted = StatsSnapshot(
+            totals={key: max(0, snapshot.total(key)) for key in GLOBAL_KEYS},
+            functions=functions,
+            updated_at=float(int(at)),  # the row's RFC3339 stamp has second precision
+            timestamps=timestamps,
+        )
 
 
 # --- schedules --------------------------------------------------------------------------
