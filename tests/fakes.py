@@ -13,7 +13,8 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from relay.application.ports import StartGuard
+from relay.adapters.fs.templates import TEMPLATE_FILE, load_template_text
+from relay.application.ports import DiscoveredFunction, StartGuard
 from relay.domain import ledger_rules, schedule
 from relay.domain.errors import BuildError, DependencyUnavailable, RelayError
 from relay.domain.execution import (
@@ -43,7 +44,7 @@ from relay.domain.retention import StreamId
 from relay.domain.schedule import Envelope
 from relay.domain.services import DesiredService, ObservedReplica, ResolvedImage
 from relay.domain.stats import GLOBAL_KEYS, StatsSnapshot, zeroed
-from relay.domain.template import ServiceSpec
+from relay.domain.template import ServiceSpec, Template
 
 
 class ClosingTransport:
@@ -757,3 +758,35 @@ class InMemoryServiceContainers:
             for c in self.containers.values()
             if c.running and (identity is None or c.labels.get("relay.identity") == identity)
         ]
+
+
+# --- lifecycle: the functions directory -------------------------------------------------
+class InMemoryFunctionSource:
+    """``FunctionSource`` without a disk: ``functions[name]`` is the text of the
+    function's ``template.yaml`` (``None``: a directory without one), validated by
+    the same YAML reader as the filesystem's; a name starting with ``.`` is never a
+    candidate. ``missing`` makes ``scan`` fail as an unreadable directory does."""
+
+    def __init__(self, root: str = "/functions") -> None:
+        self.root = root
+        self.functions: dict[str, str | None] = {}
+        self.missing = False
+
+    def scan(self) -> list[DiscoveredFunction]:
+        if self.missing:
+            raise FileNotFoundError(2, "No such file or directory", self.root)
+        return [
+            DiscoveredFunction(name, self.directory_of(name), text is not None)
+            for name, text in sorted(self.functions.items())
+            if not name.startswith(".")
+        ]
+
+    def directory_of(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def load_template(self, directory: str) -> Template | None:
+        parent, _, name = directory.rpartition("/")
+        text = self.functions.get(name) if parent == self.root else None
+        if text is None:
+            return None
+        return load_template_text(text, f"{directory}/{TEMPLATE_FILE}")
