@@ -14,6 +14,12 @@ import anyio.lowlevel
 import msgspec
 
 from relay.adapters.fs.templates import TEMPLATE_FILE, load_template_text
+from relay.adapters.redis.dlq_reader import (
+    DeadLetterNotFound,
+    PagedEntries,
+    StoredDeadLetter,
+    parse_entry_id,
+)
 from relay.application.ports import DiscoveredFunction, StartGuard
 from relay.domain import ledger_rules, schedule
 from relay.domain.errors import BuildError, DependencyUnavailable, RelayError
@@ -790,3 +796,56 @@ class InMemoryFunctionSource:
         if text is None:
             return None
         return load_template_text(text, f"{directory}/{TEMPLATE_FILE}")
+
+
+# --- delivery: the dead-letter read side ------------------------------------------------
+class InMemoryDeadLetterReader(PagedEntries):
+    """The dead-letter read side (``RedisDeadLetterReader`` / ``SqliteDeadLetterReader``)
+    over an :class:`InMemoryDeadLetterQueue`'s entries: ids are ``<ms>-<seq>`` and
+    order by their numbers, as both brokers' do."""
+
+    def __init__(self, dlq: InMemoryDeadLetterQueue, key: str = "events (dlq)") -> None:
+        self._dlq = dlq
+        self.key = key
+
+    def _sorted(self) -> list[tuple[StreamId, DeadLetterEntry]]:
+        return sorted(((StreamId.parse(i), e) for i, e in self._dlq.entries), key=lambda r: r[0])
+
+    async def count(self) -> int:
+        return len(self._dlq.entries)
+
+    async def page(
+        self, *, newest_first: bool = True, count: int = 100, after: str | None = None
+    ) -> list[StoredDeadLetter]:
+        rows = self._sorted()
+        if newest_first:
+            rows.reverse()
+        if after is not None:
+            start = StreamId.parse(after)
+            rows = [r for r in rows if (r[0] < start if newest_first else r[0] > start)]
+        return [StoredDeadLetter(str(i), e) for i, e in rows[:count]]
+
+    async def get(self, entry_id: str) -> StoredDeadLetter:
+        normalised = parse_entry_id(entry_id)
+        for found, entry in self._dlq.entries:
+            if found == normalised:
+                return StoredDeadLetter(found, entry)
+        raise DeadLetterNotFound(f"no dead-letter entry {normalised} in {self.key}")
+
+    async def delete(self, entry_id: str) -> None:
+        if not await self.discard(entry_id):
+            normalised = parse_entry_id(entry_id)
+            raise DeadLetterNotFound(f"no dead-letter entry {normalised} in {self.key}")
+
+    async def discard(self, entry_id: str) -> bool:
+        normalised = parse_entry_id(entry_id)
+        before = len(self._dlq.entries)
+        self._dlq.entries = [(i, e) for i, e in self._dlq.entries if i != normalised]
+        return len(self._dlq.entries) < before
+
+    async def trim_before(self, cutoff_ms: int) -> int:
+        before = len(self._dlq.entries)
+        self._dlq.entries = [
+            (i, e) for i, e in self._dlq.entries if StreamId.parse(i).ms >= cutoff_ms
+        ]
+        return before - len(self._dlq.entries)
