@@ -139,6 +139,42 @@ ScriptedOutcome = (
 )
 
 
+class _FakePool:
+    """One function's warm pool as the Docker runtime keeps it, without containers:
+    ``idle`` holds the image of each idle container."""
+
+    def __init__(self, image: str, capacity: int) -> None:
+        self.image = image
+        self.capacity = max(1, capacity)
+        self.idle: list[str] = []
+        self.busy = 0
+        self.warm_acquires = 0
+        self.cold_starts = 0
+        self.discarded = 0
+
+    def lease(self) -> str:
+        if self.idle:
+            self.warm_acquires += 1
+            self.idle.pop()
+        else:
+            self.cold_starts += 1
+        self.busy += 1
+        return self.image
+
+    def release(self, image: str, discard: bool) -> None:
+        self.busy -= 1
+        at_capacity = len(self.idle) + self.busy >= self.capacity
+        if discard or image != self.image or at_capacity:
+            self.discarded += 1
+        else:
+            self.idle.append(image)
+
+    def drop_idle(self, keep: int = 0) -> None:
+        gone = max(0, len(self.idle) - keep)
+        self.discarded += gone
+        self.idle = self.idle[gone:]
+
+
 class InMemoryContainerRuntime:
     """``ContainerRuntime`` without containers.
 
@@ -148,7 +184,10 @@ class InMemoryContainerRuntime:
     runtime, capacity) per function, ``running``/``max_running`` concurrent
     invocations. ``start_delay_s[function]`` advances ``clock`` before the
     start guard runs, as a slow container start would; ``during_start[function]``
-    (once) runs then too, for what another worker does meanwhile.
+    (once) runs then too, for what another worker does meanwhile. ``snapshot``
+    counts as the Docker runtime's pool does (proven by
+    ``tests/contract/test_container_runtime_contract.py``): a container per lease
+    when none is idle, kept after a run unless the result was ``discarded``.
     """
 
     def __init__(self, clock: FakeClock | None = None) -> None:
@@ -162,19 +201,48 @@ class InMemoryContainerRuntime:
         self.running = 0
         self.max_running = 0
         self.closed = False
+        self._pools: dict[str, _FakePool] = {}
 
     def activate(self, function: str, image: str, runtime: str, capacity: int) -> None:
         self.active[function] = (image, runtime, capacity)
+        pool = self._pools.get(function)
+        if pool is None:
+            self._pools[function] = _FakePool(image, capacity)
+            return
+        if image != pool.image:
+            pool.image = image
+            pool.drop_idle()
+        pool.capacity = max(1, capacity)
+        pool.drop_idle(keep=pool.capacity - pool.busy)
 
     def remove(self, function: str) -> None:
         self.active.pop(function, None)
         self.removed.append(function)
+        pool = self._pools.pop(function, None)
+        if pool is not None:
+            pool.drop_idle()
 
     async def invoke(
         self, request: InvocationRequest, *, guard: StartGuard | None = None
     ) -> InvocationResult:
-        if request.function not in self.active or self.closed:
+        pool = self._pools.get(request.function)
+        if pool is None or self.closed:
             raise RuntimeUnavailable(f'function "{request.function}" is not active')
+        image = pool.lease()
+        try:
+            await self._start(request, guard)
+        except BaseException:
+            pool.release(image, discard=self.closed)
+            raise
+        result: InvocationResult | None = None
+        try:
+            result = await self._run(request)
+            return result
+        finally:
+            gone = result is None or result.discarded is not None or self.closed
+            pool.release(image, discard=gone or self._pools.get(request.function) is not pool)
+
+    async def _start(self, request: InvocationRequest, guard: StartGuard | None) -> None:
         start = self.start_delay_s.get(request.function, 0.0)
         if start and self.clock is not None:
             self.clock.advance(start)  # a slow container start, on the world's clock
@@ -183,6 +251,8 @@ class InMemoryContainerRuntime:
             await meanwhile()
         if guard is not None:
             await guard()
+
+    async def _run(self, request: InvocationRequest) -> InvocationResult:
         self.requests.append(request)
         self.running += 1
         self.max_running = max(self.max_running, self.running)
@@ -201,22 +271,24 @@ class InMemoryContainerRuntime:
             self.running -= 1
 
     def snapshot(self, function: str) -> PoolSnapshot | None:
-        if function not in self.active:
+        pool = self._pools.get(function)
+        if pool is None:
             return None
-        capacity = self.active[function][2]
         return PoolSnapshot(
-            capacity=capacity,
-            containers=0,
-            busy=0,
-            idle=0,
+            capacity=pool.capacity,
+            containers=len(pool.idle) + pool.busy,
+            busy=pool.busy,
+            idle=len(pool.idle),
             starting=0,
-            warm_acquires=0,
-            cold_starts=0,
-            discarded=0,
+            warm_acquires=pool.warm_acquires,
+            cold_starts=pool.cold_starts,
+            discarded=pool.discarded,
         )
 
     async def aclose(self) -> None:
         self.closed = True
+        for pool in self._pools.values():
+            pool.drop_idle()
 
 
 # --- lifecycle: images ----------------------------------------------------------------
