@@ -13,6 +13,8 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
+from relay.adapters.docker.runtimes import RUNTIMES
+from relay.adapters.fs.source import read_sources, select_sources
 from relay.adapters.fs.templates import TEMPLATE_FILE, load_template_text
 from relay.adapters.redis.dlq_reader import (
     DeadLetterNotFound,
@@ -49,6 +51,7 @@ from relay.domain.outcome import (
 from relay.domain.retention import StreamId
 from relay.domain.schedule import Envelope
 from relay.domain.services import DesiredService, ObservedReplica, ResolvedImage
+from relay.domain.source import fingerprint, image_tag
 from relay.domain.stats import GLOBAL_KEYS, StatsSnapshot, zeroed
 from relay.domain.template import ServiceSpec, Template
 
@@ -295,13 +298,16 @@ class InMemoryContainerRuntime:
 class InMemoryImageBuilder:
     """``ImageBuilder`` without Docker.
 
-    The fingerprint is a SHA-256 over the directory's files (paths and bytes); the
-    image is ``relay-fn-<name>:<first 16 hex>``. ``images`` holds the existing
-    images per function (an existing one is reused, ``built=False``). Set
-    ``failures[name]`` to make that function's next prepares raise ``BuildError``;
-    set ``gate`` to hold every prepare until the event is set. ``builds``,
-    ``prepares``, ``retired`` (function, keep) and ``in_use`` (images a draining
-    container still holds, never retired) record what happened.
+    The fingerprint and the tag are the Docker builder's own (the ``.gitignore``
+    selection of the directory, :func:`relay.domain.source.fingerprint`,
+    ``relay-fn-<name>:<first 16 hex>``), and a template without a known runtime
+    fails as it does there (proven by ``tests/contract/test_image_builder_contract.py``).
+    ``images`` holds the existing images per function (an existing one is reused,
+    ``built=False``). Set ``failures[name]`` to make that function's next prepares
+    raise ``BuildError`` with that text; set ``gate`` to hold every prepare until
+    the event is set. ``builds``, ``prepares``, ``retired`` (function, keep) and
+    ``in_use`` (images a draining container still holds, never retired) record
+    what happened.
     """
 
     def __init__(self) -> None:
@@ -323,8 +329,7 @@ class InMemoryImageBuilder:
             await self.gate.wait()
         if function in self.failures:
             raise BuildError(self.failures[function], output="step 3/5: exit status 1")
-        fingerprint = _tree_fingerprint(directory)
-        image = f"relay-fn-{function}:{fingerprint[:16]}"
+        runtime, fp, image = _planned(function, directory, template)
         existing = self.images.setdefault(function, set())
         built = image not in existing
         if built:
@@ -332,10 +337,10 @@ class InMemoryImageBuilder:
             existing.add(image)
         return FunctionImage(
             function=function,
-            runtime=template.runtime or "",
-            fingerprint=fingerprint,
+            runtime=runtime,
+            fingerprint=fp,
             image=image,
-            dependency_image=f"relay-dep-{template.runtime}:0123456789abcdef",
+            dependency_image=f"relay-dep-{runtime}-0123456789abcdef",
             built=built,
         )
 
@@ -350,6 +355,24 @@ class InMemoryImageBuilder:
     async def collect_dependency_images(self) -> list[str]:
         self.dependency_collections += 1
         return []
+
+
+def _planned(function: str, directory: Path, template: BuildTemplate) -> tuple[str, str, str]:
+    """(runtime, fingerprint, tag) as the Docker builder plans them, or its BuildError."""
+    if template.runtime is None:
+        detail = "the template declares no runtime; a handler needs one"
+    elif template.runtime not in RUNTIMES:
+        known = ", ".join(sorted(RUNTIMES))
+        detail = f"unknown runtime {template.runtime!r} (supported: {known})"
+    elif not directory.is_dir():
+        detail = f"{directory} is not a directory"
+    else:
+        fp = fingerprint(read_sources(directory, select_sources(directory)))
+        try:
+            return template.runtime, fp, image_tag(function, fp)
+        except ValueError as exc:
+            detail = str(exc)
+    raise BuildError(f'function "{function}": {detail}')
 
 
 def _tree_fingerprint(directory: Path) -> str:
