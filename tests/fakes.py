@@ -4,7 +4,6 @@ plain attributes; they are never mocks of Relay's own modules."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from relay.adapters.docker.runtimes import RUNTIMES
+from relay.adapters.docker.runtimes import APP_DIR, RUNTIMES
 from relay.adapters.fs.source import read_sources, select_sources
 from relay.adapters.fs.templates import TEMPLATE_FILE, load_template_text
 from relay.adapters.redis.dlq_reader import (
@@ -373,13 +372,6 @@ def _planned(function: str, directory: Path, template: BuildTemplate) -> tuple[s
         except ValueError as exc:
             detail = str(exc)
     raise BuildError(f'function "{function}": {detail}')
-
-
-def _tree_fingerprint(directory: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
 
 
 class InMemorySlots:
@@ -762,9 +754,13 @@ def _is_occurrence_of(payload: bytes, prefix: str) -> bool:
 # --- lifecycle: services ----------------------------------------------------------------
 class InMemoryServiceImages:
     """``ServiceImages`` without Docker. ``images[(function, identity)]`` is what a
-    service resolves to (default: ``<source>`` with id ``sha256:<source>``, an
-    entrypoint service runs the function image); ``failures[(function, identity)]``
-    makes it raise ``RelayError`` with that text."""
+    service resolves to (default: ``<source>`` with id ``sha256:<source>``; an
+    entrypoint service runs the function image with its runtime's command, as on
+    Docker, whose checks it repeats: proven by
+    ``tests/contract/test_service_ports_contract.py``); ``failures[(function,
+    identity)]`` makes it raise ``RelayError`` with that text. An entrypoint's env
+    is its runtime's plus ``PLAN=1``, a marker that lets a unit test see the
+    image's env reach the replica."""
 
     def __init__(self) -> None:
         self.images: dict[tuple[str, str], ResolvedImage] = {}
@@ -787,25 +783,54 @@ class InMemoryServiceImages:
         if key in self.images:
             return self.images[key]
         if service.kind == "entrypoint":
-            if not function_image:
-                raise RelayError(f'service "{service.identity}": the function image is not built')
-            return ResolvedImage(
-                image=function_image,
-                image_id=f"sha256:{function_image}",
-                command=("node", f"/app/{service.source}"),
-                env={"PLAN": "1"},
-            )
+            try:
+                return _entrypoint(directory, service, runtime, function_image)
+            except RelayError as exc:
+                raise RelayError(f'service "{service.identity}": {exc}') from None
         return ResolvedImage(image=service.source, image_id=f"sha256:{service.source}")
 
     async def source_version(self, function: str, directory: Path) -> FunctionImage:
         return FunctionImage(
             function=function,
             runtime="",
-            fingerprint=_tree_fingerprint(directory),
+            fingerprint=_source_fingerprint(directory),
             image="",
             dependency_image=None,
             built=False,
         )
+
+
+def _source_fingerprint(directory: Path) -> str:
+    if not directory.is_dir():
+        raise RelayError(f"{directory} is not a directory")
+    return fingerprint(read_sources(directory, select_sources(directory)))
+
+
+def _entrypoint(
+    directory: Path, service: ServiceSpec, runtime: str | None, image: str | None
+) -> ResolvedImage:
+    """The Docker adapter's entrypoint rule, without inspecting the image."""
+    known = RUNTIMES.get(runtime or "")
+    if known is None:
+        raise RelayError(f"an entrypoint needs a runtime (got {runtime!r})")
+    if not image:
+        raise RelayError("the function image is not built yet")
+    if service.source.removeprefix("./") not in select_sources(directory).files:
+        raise RelayError(
+            f"entrypoint {service.source} is not in the function's source "
+            "(missing, or ignored by .gitignore), so it is not in the image"
+        )
+    if known.name.startswith("python"):
+        command: tuple[str, ...] = ("python", "-m", service.python_module)
+    else:
+        command = ("node", f"{APP_DIR}/{service.source}")
+    return ResolvedImage(
+        image=image,
+        image_id=f"sha256:{image}",
+        command=command,
+        workdir=APP_DIR,
+        env={**known.env, "PLAN": "1"},
+    )
 
 
 class InMemoryServiceContainers:
