@@ -4,7 +4,6 @@ plain attributes; they are never mocks of Relay's own modules."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
@@ -13,7 +12,16 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from relay.application.ports import StartGuard
+from relay.adapters.docker.runtimes import APP_DIR, RUNTIMES
+from relay.adapters.fs.source import read_sources, select_sources
+from relay.adapters.fs.templates import TEMPLATE_FILE, load_template_text
+from relay.adapters.redis.dlq_reader import (
+    DeadLetterNotFound,
+    PagedEntries,
+    StoredDeadLetter,
+    parse_entry_id,
+)
+from relay.application.ports import DiscoveredFunction, StartGuard
 from relay.domain import ledger_rules, schedule
 from relay.domain.errors import BuildError, DependencyUnavailable, RelayError
 from relay.domain.execution import (
@@ -25,6 +33,7 @@ from relay.domain.execution import (
 )
 from relay.domain.functions import BuildTemplate, FunctionImage
 from relay.domain.ledger_rules import DeadLetterWriteError
+from relay.domain.names import validate_secret_name
 from relay.domain.outcome import (
     BeginRequest,
     BeginResult,
@@ -41,8 +50,9 @@ from relay.domain.outcome import (
 from relay.domain.retention import StreamId
 from relay.domain.schedule import Envelope
 from relay.domain.services import DesiredService, ObservedReplica, ResolvedImage
-from relay.domain.stats import StatsSnapshot, zeroed
-from relay.domain.template import ServiceSpec
+from relay.domain.source import fingerprint, image_tag
+from relay.domain.stats import GLOBAL_KEYS, StatsSnapshot, zeroed
+from relay.domain.template import ServiceSpec, Template
 
 
 class ClosingTransport:
@@ -97,13 +107,15 @@ class SequentialTokens:
 
 # --- execution: secrets and the container runtime ------------------------------------
 class InMemorySecretStore:
-    """``SecretStore`` in a dict; ``reads`` records every name looked up."""
+    """``SecretStore`` in a dict; ``reads`` records every name looked up. Names are
+    judged by the domain's rule, as the filesystem store does."""
 
     def __init__(self, values: dict[str, str] | None = None) -> None:
         self.values: dict[str, str] = dict(values or {})
         self.reads: list[str] = []
 
     def get(self, name: str) -> str:
+        validate_secret_name(name)
         self.reads.append(name)
         try:
             return self.values[name]
@@ -114,9 +126,11 @@ class InMemorySecretStore:
         return sorted(self.values)
 
     def set(self, name: str, value: str) -> None:
+        validate_secret_name(name)
         self.values[name] = value
 
     def remove(self, name: str) -> None:
+        validate_secret_name(name)
         if self.values.pop(name, None) is None:
             raise SecretNotFound(f'secret "{name}" is not set')
 
@@ -125,6 +139,42 @@ ScriptedOutcome = (
     InvocationResult
     | Callable[[InvocationRequest], InvocationResult | Awaitable[InvocationResult]]
 )
+
+
+class _FakePool:
+    """One function's warm pool as the Docker runtime keeps it, without containers:
+    ``idle`` holds the image of each idle container."""
+
+    def __init__(self, image: str, capacity: int) -> None:
+        self.image = image
+        self.capacity = max(1, capacity)
+        self.idle: list[str] = []
+        self.busy = 0
+        self.warm_acquires = 0
+        self.cold_starts = 0
+        self.discarded = 0
+
+    def lease(self) -> str:
+        if self.idle:
+            self.warm_acquires += 1
+            self.idle.pop()
+        else:
+            self.cold_starts += 1
+        self.busy += 1
+        return self.image
+
+    def release(self, image: str, discard: bool) -> None:
+        self.busy -= 1
+        at_capacity = len(self.idle) + self.busy >= self.capacity
+        if discard or image != self.image or at_capacity:
+            self.discarded += 1
+        else:
+            self.idle.append(image)
+
+    def drop_idle(self, keep: int = 0) -> None:
+        gone = max(0, len(self.idle) - keep)
+        self.discarded += gone
+        self.idle = self.idle[gone:]
 
 
 class InMemoryContainerRuntime:
@@ -136,7 +186,10 @@ class InMemoryContainerRuntime:
     runtime, capacity) per function, ``running``/``max_running`` concurrent
     invocations. ``start_delay_s[function]`` advances ``clock`` before the
     start guard runs, as a slow container start would; ``during_start[function]``
-    (once) runs then too, for what another worker does meanwhile.
+    (once) runs then too, for what another worker does meanwhile. ``snapshot``
+    counts as the Docker runtime's pool does (proven by
+    ``tests/contract/test_container_runtime_contract.py``): a container per lease
+    when none is idle, kept after a run unless the result was ``discarded``.
     """
 
     def __init__(self, clock: FakeClock | None = None) -> None:
@@ -150,19 +203,48 @@ class InMemoryContainerRuntime:
         self.running = 0
         self.max_running = 0
         self.closed = False
+        self._pools: dict[str, _FakePool] = {}
 
     def activate(self, function: str, image: str, runtime: str, capacity: int) -> None:
         self.active[function] = (image, runtime, capacity)
+        pool = self._pools.get(function)
+        if pool is None:
+            self._pools[function] = _FakePool(image, capacity)
+            return
+        if image != pool.image:
+            pool.image = image
+            pool.drop_idle()
+        pool.capacity = max(1, capacity)
+        pool.drop_idle(keep=pool.capacity - pool.busy)
 
     def remove(self, function: str) -> None:
         self.active.pop(function, None)
         self.removed.append(function)
+        pool = self._pools.pop(function, None)
+        if pool is not None:
+            pool.drop_idle()
 
     async def invoke(
         self, request: InvocationRequest, *, guard: StartGuard | None = None
     ) -> InvocationResult:
-        if request.function not in self.active or self.closed:
+        pool = self._pools.get(request.function)
+        if pool is None or self.closed:
             raise RuntimeUnavailable(f'function "{request.function}" is not active')
+        image = pool.lease()
+        try:
+            await self._start(request, guard)
+        except BaseException:
+            pool.release(image, discard=self.closed)
+            raise
+        result: InvocationResult | None = None
+        try:
+            result = await self._run(request)
+            return result
+        finally:
+            gone = result is None or result.discarded is not None or self.closed
+            pool.release(image, discard=gone or self._pools.get(request.function) is not pool)
+
+    async def _start(self, request: InvocationRequest, guard: StartGuard | None) -> None:
         start = self.start_delay_s.get(request.function, 0.0)
         if start and self.clock is not None:
             self.clock.advance(start)  # a slow container start, on the world's clock
@@ -171,6 +253,8 @@ class InMemoryContainerRuntime:
             await meanwhile()
         if guard is not None:
             await guard()
+
+    async def _run(self, request: InvocationRequest) -> InvocationResult:
         self.requests.append(request)
         self.running += 1
         self.max_running = max(self.max_running, self.running)
@@ -189,35 +273,40 @@ class InMemoryContainerRuntime:
             self.running -= 1
 
     def snapshot(self, function: str) -> PoolSnapshot | None:
-        if function not in self.active:
+        pool = self._pools.get(function)
+        if pool is None:
             return None
-        capacity = self.active[function][2]
         return PoolSnapshot(
-            capacity=capacity,
-            containers=0,
-            busy=0,
-            idle=0,
+            capacity=pool.capacity,
+            containers=len(pool.idle) + pool.busy,
+            busy=pool.busy,
+            idle=len(pool.idle),
             starting=0,
-            warm_acquires=0,
-            cold_starts=0,
-            discarded=0,
+            warm_acquires=pool.warm_acquires,
+            cold_starts=pool.cold_starts,
+            discarded=pool.discarded,
         )
 
     async def aclose(self) -> None:
         self.closed = True
+        for pool in self._pools.values():
+            pool.drop_idle()
 
 
 # --- lifecycle: images ----------------------------------------------------------------
 class InMemoryImageBuilder:
     """``ImageBuilder`` without Docker.
 
-    The fingerprint is a SHA-256 over the directory's files (paths and bytes); the
-    image is ``relay-fn-<name>:<first 16 hex>``. ``images`` holds the existing
-    images per function (an existing one is reused, ``built=False``). Set
-    ``failures[name]`` to make that function's next prepares raise ``BuildError``;
-    set ``gate`` to hold every prepare until the event is set. ``builds``,
-    ``prepares``, ``retired`` (function, keep) and ``in_use`` (images a draining
-    container still holds, never retired) record what happened.
+    The fingerprint and the tag are the Docker builder's own (the ``.gitignore``
+    selection of the directory, :func:`relay.domain.source.fingerprint`,
+    ``relay-fn-<name>:<first 16 hex>``), and a template without a known runtime
+    fails as it does there (proven by ``tests/contract/test_image_builder_contract.py``).
+    ``images`` holds the existing images per function (an existing one is reused,
+    ``built=False``). Set ``failures[name]`` to make that function's next prepares
+    raise ``BuildError`` with that text; set ``gate`` to hold every prepare until
+    the event is set. ``builds``, ``prepares``, ``retired`` (function, keep) and
+    ``in_use`` (images a draining container still holds, never retired) record
+    what happened.
     """
 
     def __init__(self) -> None:
@@ -239,8 +328,7 @@ class InMemoryImageBuilder:
             await self.gate.wait()
         if function in self.failures:
             raise BuildError(self.failures[function], output="step 3/5: exit status 1")
-        fingerprint = _tree_fingerprint(directory)
-        image = f"relay-fn-{function}:{fingerprint[:16]}"
+        runtime, fp, image = _planned(function, directory, template)
         existing = self.images.setdefault(function, set())
         built = image not in existing
         if built:
@@ -248,10 +336,10 @@ class InMemoryImageBuilder:
             existing.add(image)
         return FunctionImage(
             function=function,
-            runtime=template.runtime or "",
-            fingerprint=fingerprint,
+            runtime=runtime,
+            fingerprint=fp,
             image=image,
-            dependency_image=f"relay-dep-{template.runtime}:0123456789abcdef",
+            dependency_image=f"relay-dep-{runtime}-0123456789abcdef",
             built=built,
         )
 
@@ -268,11 +356,22 @@ class InMemoryImageBuilder:
         return []
 
 
-def _tree_fingerprint(directory: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+def _planned(function: str, directory: Path, template: BuildTemplate) -> tuple[str, str, str]:
+    """(runtime, fingerprint, tag) as the Docker builder plans them, or its BuildError."""
+    if template.runtime is None:
+        detail = "the template declares no runtime; a handler needs one"
+    elif template.runtime not in RUNTIMES:
+        known = ", ".join(sorted(RUNTIMES))
+        detail = f"unknown runtime {template.runtime!r} (supported: {known})"
+    elif not directory.is_dir():
+        detail = f"{directory} is not a directory"
+    else:
+        fp = fingerprint(read_sources(directory, select_sources(directory)))
+        try:
+            return template.runtime, fp, image_tag(function, fp)
+        except ValueError as exc:
+            detail = str(exc)
+    raise BuildError(f'function "{function}": {detail}')
 
 
 class InMemorySlots:
@@ -555,8 +654,11 @@ class InMemoryLedger:
 
 # --- stats (control plane) ------------------------------------------------------------
 class InMemoryStatsStore:
-    """``StatsStore`` in memory. ``writes`` records every save/reset in order;
-    ``gate`` (when set) holds ``save`` open after ``saving`` is set, so a test can
+    """``StatsStore`` in memory, with the SQLite store's row semantics (proven by
+    ``tests/contract/test_stats_store_contract.py``): a save replaces the global row
+    and the listed functions' rows only, times are kept to the second, and a load
+    reads every known key. ``writes`` records every save/reset in order; ``gate``
+    (when set) holds ``save`` open after ``saving`` is set, so a test can
     interleave a reset with an in-flight flush."""
 
     def __init__(self) -> None:
@@ -572,17 +674,28 @@ class InMemoryStatsStore:
         self.saving.set()
         if self.gate is not None:
             await self.gate.wait()
-        self.persisted = StatsSnapshot(
-            totals=snapshot.totals,
-            functions=snapshot.functions,
-            updated_at=at,
-            timestamps=snapshot.timestamps,
-        )
+        self._write(snapshot, at)
         self.writes.append(("save", self.persisted))
 
     async def reset(self, at: float) -> None:
-        self.persisted = zeroed(self.persisted)
+        self._write(zeroed(self.persisted), at)
         self.writes.append(("reset", self.persisted))
+
+    def _write(self, snapshot: StatsSnapshot, at: float) -> None:
+        old = self.persisted
+        functions = dict(old.functions)
+        timestamps = dict(old.timestamps)
+        for name in snapshot.function_names():
+            functions[name] = {k: max(0, v) for k, v in snapshot.function(name).items()}
+            timestamps.pop(name, None)
+            if last := snapshot.last(name):
+                timestamps[name] = {k: float(int(v)) for k, v in last.items()}
+        self.persisted = StatsSnapshot(
+            totals={key: max(0, snapshot.total(key)) for key in GLOBAL_KEYS},
+            functions=functions,
+            updated_at=float(int(at)),  # the row's RFC3339 stamp has second precision
+            timestamps=timestamps,
+        )
 
 
 # --- schedules --------------------------------------------------------------------------
@@ -653,9 +766,13 @@ def _is_occurrence_of(payload: bytes, prefix: str) -> bool:
 # --- lifecycle: services ----------------------------------------------------------------
 class InMemoryServiceImages:
     """``ServiceImages`` without Docker. ``images[(function, identity)]`` is what a
-    service resolves to (default: ``<source>`` with id ``sha256:<source>``, an
-    entrypoint service runs the function image); ``failures[(function, identity)]``
-    makes it raise ``RelayError`` with that text."""
+    service resolves to (default: ``<source>`` with id ``sha256:<source>``; an
+    entrypoint service runs the function image with its runtime's command, as on
+    Docker, whose checks it repeats: proven by
+    ``tests/contract/test_service_ports_contract.py``); ``failures[(function,
+    identity)]`` makes it raise ``RelayError`` with that text. An entrypoint's env
+    is its runtime's plus ``PLAN=1``, a marker that lets a unit test see the
+    image's env reach the replica."""
 
     def __init__(self) -> None:
         self.images: dict[tuple[str, str], ResolvedImage] = {}
@@ -678,25 +795,54 @@ class InMemoryServiceImages:
         if key in self.images:
             return self.images[key]
         if service.kind == "entrypoint":
-            if not function_image:
-                raise RelayError(f'service "{service.identity}": the function image is not built')
-            return ResolvedImage(
-                image=function_image,
-                image_id=f"sha256:{function_image}",
-                command=("node", f"/app/{service.source}"),
-                env={"PLAN": "1"},
-            )
+            try:
+                return _entrypoint(directory, service, runtime, function_image)
+            except RelayError as exc:
+                raise RelayError(f'service "{service.identity}": {exc}') from None
         return ResolvedImage(image=service.source, image_id=f"sha256:{service.source}")
 
     async def source_version(self, function: str, directory: Path) -> FunctionImage:
         return FunctionImage(
             function=function,
             runtime="",
-            fingerprint=_tree_fingerprint(directory),
+            fingerprint=_source_fingerprint(directory),
             image="",
             dependency_image=None,
             built=False,
         )
+
+
+def _source_fingerprint(directory: Path) -> str:
+    if not directory.is_dir():
+        raise RelayError(f"{directory} is not a directory")
+    return fingerprint(read_sources(directory, select_sources(directory)))
+
+
+def _entrypoint(
+    directory: Path, service: ServiceSpec, runtime: str | None, image: str | None
+) -> ResolvedImage:
+    """The Docker adapter's entrypoint rule, without inspecting the image."""
+    known = RUNTIMES.get(runtime or "")
+    if known is None:
+        raise RelayError(f"an entrypoint needs a runtime (got {runtime!r})")
+    if not image:
+        raise RelayError("the function image is not built yet")
+    if service.source.removeprefix("./") not in select_sources(directory).files:
+        raise RelayError(
+            f"entrypoint {service.source} is not in the function's source "
+            "(missing, or ignored by .gitignore), so it is not in the image"
+        )
+    if known.name.startswith("python"):
+        command: tuple[str, ...] = ("python", "-m", service.python_module)
+    else:
+        command = ("node", f"{APP_DIR}/{service.source}")
+    return ResolvedImage(
+        image=image,
+        image_id=f"sha256:{image}",
+        command=command,
+        workdir=APP_DIR,
+        env={**known.env, "PLAN": "1"},
+    )
 
 
 class InMemoryServiceContainers:
@@ -770,3 +916,88 @@ def one_by_one(
                 tg.start_soon(one, message)
 
     return batch
+
+
+# --- lifecycle: the functions directory -------------------------------------------------
+class InMemoryFunctionSource:
+    """``FunctionSource`` without a disk: ``functions[name]`` is the text of the
+    function's ``template.yaml`` (``None``: a directory without one), validated by
+    the same YAML reader as the filesystem's; a name starting with ``.`` is never a
+    candidate. ``missing`` makes ``scan`` fail as an unreadable directory does."""
+
+    def __init__(self, root: str = "/functions") -> None:
+        self.root = root
+        self.functions: dict[str, str | None] = {}
+        self.missing = False
+
+    def scan(self) -> list[DiscoveredFunction]:
+        if self.missing:
+            raise FileNotFoundError(2, "No such file or directory", self.root)
+        return [
+            DiscoveredFunction(name, self.directory_of(name), text is not None)
+            for name, text in sorted(self.functions.items())
+            if not name.startswith(".")
+        ]
+
+    def directory_of(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def load_template(self, directory: str) -> Template | None:
+        parent, _, name = directory.rpartition("/")
+        text = self.functions.get(name) if parent == self.root else None
+        if text is None:
+            return None
+        return load_template_text(text, f"{directory}/{TEMPLATE_FILE}")
+
+
+# --- delivery: the dead-letter read side ------------------------------------------------
+class InMemoryDeadLetterReader(PagedEntries):
+    """The dead-letter read side (``RedisDeadLetterReader`` / ``SqliteDeadLetterReader``)
+    over an :class:`InMemoryDeadLetterQueue`'s entries: ids are ``<ms>-<seq>`` and
+    order by their numbers, as both brokers' do."""
+
+    def __init__(self, dlq: InMemoryDeadLetterQueue, key: str = "events (dlq)") -> None:
+        self._dlq = dlq
+        self.key = key
+
+    def _sorted(self) -> list[tuple[StreamId, DeadLetterEntry]]:
+        return sorted(((StreamId.parse(i), e) for i, e in self._dlq.entries), key=lambda r: r[0])
+
+    async def count(self) -> int:
+        return len(self._dlq.entries)
+
+    async def page(
+        self, *, newest_first: bool = True, count: int = 100, after: str | None = None
+    ) -> list[StoredDeadLetter]:
+        rows = self._sorted()
+        if newest_first:
+            rows.reverse()
+        if after is not None:
+            start = StreamId.parse(after)
+            rows = [r for r in rows if (r[0] < start if newest_first else r[0] > start)]
+        return [StoredDeadLetter(str(i), e) for i, e in rows[:count]]
+
+    async def get(self, entry_id: str) -> StoredDeadLetter:
+        normalised = parse_entry_id(entry_id)
+        for found, entry in self._dlq.entries:
+            if found == normalised:
+                return StoredDeadLetter(found, entry)
+        raise DeadLetterNotFound(f"no dead-letter entry {normalised} in {self.key}")
+
+    async def delete(self, entry_id: str) -> None:
+        if not await self.discard(entry_id):
+            normalised = parse_entry_id(entry_id)
+            raise DeadLetterNotFound(f"no dead-letter entry {normalised} in {self.key}")
+
+    async def discard(self, entry_id: str) -> bool:
+        normalised = parse_entry_id(entry_id)
+        before = len(self._dlq.entries)
+        self._dlq.entries = [(i, e) for i, e in self._dlq.entries if i != normalised]
+        return len(self._dlq.entries) < before
+
+    async def trim_before(self, cutoff_ms: int) -> int:
+        before = len(self._dlq.entries)
+        self._dlq.entries = [
+            (i, e) for i, e in self._dlq.entries if StreamId.parse(i).ms >= cutoff_ms
+        ]
+        return before - len(self._dlq.entries)

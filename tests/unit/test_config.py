@@ -298,10 +298,12 @@ def test_paths_and_hostname_overridable() -> None:
     )
     assert s.paths.database == Path("/tmp/s/db.sqlite3")
     assert s.paths.secrets_dir == Path("/tmp/s/secrets")
-    assert s.paths.lock_file == Path("/tmp/r/relay.lock")
     assert s.hostname == "worker-a"
     assert s.paths.direct_dir == Path("/tmp/r/containers")
     assert s.paths.shared_direct_dir is None
+    blank = load_settings({**BASE, "RELAY_RUN_DIR": " ", "RELAY_STATE_DIR": ""})
+    assert (blank.paths.run_dir, blank.paths.state_dir) == (
+        Path("/run/relay"), Path("/var/lib/relay"))
 
 
 def test_a_shared_direct_directory_replaces_the_run_directorys() -> None:

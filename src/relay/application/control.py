@@ -38,22 +38,15 @@ class HealthReport(msgspec.Struct, frozen=True, kw_only=True):
 
 class WorkerHealth:
     """What the worker knows of its own health: started, and each dependency's
-    last known state (the delivery loop marks Redis, the runtime marks Docker)."""
+    state, asked at each report (``watch``: healthy or not; ``explain``: the line)."""
 
     def __init__(self) -> None:
         self._started = False
-        self._failing: dict[str, str] = {}
         self._probes: dict[str, Callable[[], bool]] = {}
         self._explained: dict[str, Callable[[], str | None]] = {}
 
     def mark_started(self) -> None:
         self._started = True
-
-    def mark_failing(self, check: str, detail: str) -> None:
-        self._failing[check] = detail
-
-    def mark_ok(self, check: str) -> None:
-        self._failing.pop(check, None)
 
     def watch(self, check: str, healthy: Callable[[], bool]) -> None:
         """Ask ``healthy`` at each report (e.g. a loop's ``ConnectionHealth.healthy``)."""
@@ -64,7 +57,7 @@ class WorkerHealth:
         self._explained[check] = problem
 
     def report(self) -> HealthReport:
-        failing = dict(self._failing)
+        failing: dict[str, str] = {}
         for check, healthy in self._probes.items():
             if not healthy():
                 failing.setdefault(check, "unavailable (retrying)")

@@ -17,7 +17,6 @@ from relay.domain.functions import BuildTemplate, FunctionImage
 from relay.domain.outcome import (
     BeginRequest,
     BeginResult,
-    DeadLetterEntry,
     FinishRequest,
     MalformedRequest,
     Reclaimed,
@@ -139,17 +138,6 @@ class InvocationLedger(Protocol):
     async def renew(self, request: RenewRequest) -> int:
         """Extend a claim still held by ``request.token`` to at least ``lease_ms``
         from now; its new deadline, or 0 when the claim is no longer ours."""
-        ...
-
-
-class DeadLetterQueue(Protocol):
-    """The dead-letter stream ``relay:<stream>:dlq`` (writer side).
-
-    Implemented by ``relay.adapters.redis.dlq.RedisDeadLetterQueue``.
-    """
-
-    async def append(self, entry: DeadLetterEntry) -> str:
-        """Append one entry; returns its id."""
         ...
 
 

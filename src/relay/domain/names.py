@@ -6,7 +6,6 @@ Docker image tag (functions), a file name (secrets) or a POSIX environment varia
 
 from __future__ import annotations
 
-import json
 import re
 
 from relay.domain.errors import InvalidNameError
@@ -48,21 +47,6 @@ def function_name_problem(name: str) -> str | None:
     return None
 
 
-def validate_function_name(name: str) -> None:
-    """Raise :class:`InvalidNameError` unless ``name`` is a valid function name.
-
-    Valid: ``[a-z0-9][a-z0-9._-]*``, at most 63 characters, no trailing dot
-    (``user-events``, ``welcome_email``, ``jobs.v2``).
-    """
-    problem = function_name_problem(name)
-    if problem is not None:
-        raise InvalidNameError(f"invalid function name {json.dumps(name)}: {problem}")
-
-
-def is_valid_function_name(name: str) -> bool:
-    return function_name_problem(name) is None
-
-
 def secret_name_problem(name: str) -> str | None:
     """Why ``name`` is not a valid secret name, or ``None`` when it is."""
     if not name:
@@ -74,12 +58,6 @@ def secret_name_problem(name: str) -> str | None:
     if name.startswith(".") or name.endswith("."):
         return "must not start or end with a dot"
     return None
-
-
-def is_valid_secret_name(name: str) -> bool:
-    """Secret names: lowercase letters, digits, ``.``, ``_``, ``-``; no leading or
-    trailing dot; at most 63 characters."""
-    return secret_name_problem(name) is None
 
 
 def secret_name_error(name: str) -> str | None:

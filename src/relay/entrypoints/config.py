@@ -71,10 +71,6 @@ class Paths:
         return self.state_dir / "secrets"
 
     @property
-    def lock_file(self) -> Path:
-        return self.run_dir / "relay.lock"
-
-    @property
     def socket(self) -> Path:
         """The worker's control socket: a lone worker's, or under ``relay start
         --processes N`` (one run directory ``<run_dir>/<i>`` per process) the first

@@ -48,9 +48,10 @@ async def test_handlers_on_the_bus() -> None:
     assert not report.ready
     assert report.problems == ["worker: still starting"]
     health.mark_started()
-    health.mark_failing("redis", "connection refused")
+    redis_problem: list[str | None] = ["connection refused"]
+    health.explain("redis", lambda: redis_problem[0])
     assert (await bus.send(GetHealth())).problems == ["redis: connection refused"]
-    health.mark_ok("redis")
+    redis_problem[0] = None
     assert (await bus.send(GetHealth())).ready
     consumer_up = [False]
     health.watch("consumer", lambda: consumer_up[0])
@@ -90,7 +91,7 @@ async def test_fetch_health_for_relay_health(tmp_path: Path) -> None:
             starting = await anyio.to_thread.run_sync(client.fetch_health, server.path)
             health.mark_started()
             ready = await anyio.to_thread.run_sync(client.fetch_health, server.path)
-            health.mark_failing("redis", "connection refused")
+            health.explain("redis", lambda: "connection refused")
             failing = await anyio.to_thread.run_sync(client.fetch_health, server.path)
             tg.cancel_scope.cancel()
     assert starting == "worker not ready: worker: still starting"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.adapters.control.lock import LockHeld, ProcessLock, run_dir_from_env
+from relay.adapters.control.lock import LockHeld, ProcessLock
 
 
 def test_second_lock_fails_with_one_clear_line(tmp_path: Path) -> None:
@@ -25,9 +25,3 @@ def test_lock_is_released_on_close_and_dir_is_private(tmp_path: Path) -> None:
     assert not lock.held
     with ProcessLock(run_dir) as again:
         assert again.held
-
-
-def test_run_dir_from_env() -> None:
-    assert run_dir_from_env({}) == Path("/run/relay")
-    assert run_dir_from_env({"RELAY_RUN_DIR": " "}) == Path("/run/relay")
-    assert run_dir_from_env({"RELAY_RUN_DIR": "/tmp/x"}) == Path("/tmp/x")

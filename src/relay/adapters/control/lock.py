@@ -25,13 +25,6 @@ class LockHeld(RelayError):
     """Another relay worker already holds the process lock."""
 
 
-def run_dir_from_env(environ: dict[str, str] | None = None) -> Path:
-    """The run directory: ``RELAY_RUN_DIR`` when set and non-empty, else /run/relay."""
-    env = os.environ if environ is None else environ
-    value = env.get("RELAY_RUN_DIR", "").strip()
-    return Path(value) if value else DEFAULT_RUN_DIR
-
-
 def socket_path(run_dir: Path) -> Path:
     """Where the worker's control socket lives inside ``run_dir``."""
     return run_dir / SOCKET_NAME

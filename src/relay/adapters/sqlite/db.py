@@ -126,16 +126,6 @@ class StateDatabase:
             ).fetchone()
         return None if found is None else (_decode(found[0]), found[1])
 
-    def upsert_stats(self, data: dict[str, Any], updated_at: str) -> None:
-        """Replace the single global ``stats`` row."""
-        with self.transaction() as conn:
-            conn.execute(
-                f"INSERT INTO stats (id, data, updated_at) VALUES (1, {DATA_IN}, ?) "  # noqa: S608
-                "ON CONFLICT(id) DO UPDATE SET "
-                "data = excluded.data, updated_at = excluded.updated_at",
-                (json.dumps(data, sort_keys=True), updated_at),
-            )
-
     def stats_row(self) -> tuple[dict[str, Any], str] | None:
         """The global ``stats`` row's ``(data, updated_at)``, or ``None``."""
         with self.transaction() as conn:
