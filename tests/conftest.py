@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
+import structlog
 from hypothesis import settings
 
 pytest_plugins = ["tests.testbed", "tests.gitbed", "tests.shared_run"]
@@ -21,3 +23,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _structlog_config_restored() -> Iterator[None]:
+    """A command run in-process (``relay function run`` configures logging for its
+    process) binds structlog to that run's captured stderr, closed once the run
+    ends: every test leaves the configuration as it found it."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
