@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -160,7 +160,10 @@ async def test_a_schedule_occurrence_tells_its_handler_its_occurrence_id(
         nightly = {"handler": "probe.context", "cron": "0 3 * * *"}
         world.function(FN, {"schedules": [nightly]}, image=py_image)
         await world.stream.ensure_group()
-        at = int(datetime(2026, 6, 1, 3, 0, tzinfo=UTC).timestamp())
+        # yesterday's 03:00 firing: an occurrence due more than 7 days before its
+        # delivery is dead-lettered, never run (failure row 215)
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        at = int((midnight - timedelta(days=1)).timestamp()) + 3 * 3600
         occurrence = schedule.envelope(FN, "probe.context", at)
         message_id = await world.add(schedule.encode(occurrence))
         [message] = await world.stream.read(1, 10)
@@ -170,6 +173,6 @@ async def test_a_schedule_occurrence_tells_its_handler_its_occurrence_id(
             "RELAY_HANDLER": "probe.context",
             "RELAY_MESSAGE_ID": message_id,
             "RELAY_ATTEMPT": "1",
-            "RELAY_OCCURRENCE_ID": "schedule:context-fn:probe.context:2026-06-01T03:00:00Z",
+            "RELAY_OCCURRENCE_ID": occurrence.occurrence_id,
         }
     ]
