@@ -84,3 +84,17 @@ def validate_secret_name(name: str) -> None:
 def is_valid_env_name(name: str) -> bool:
     """Environment variable names: ``[A-Za-z_][A-Za-z0-9_]*``."""
     return _ENV_NAME.fullmatch(name) is not None
+
+
+# A DNS label: ASCII letters and digits, inner hyphens, 63 characters at most.
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def hostname_problem(value: str) -> str | None:
+    """Why ``value`` is not a DNS hostname (dot-separated labels of ASCII letters,
+    digits and inner '-', 253 characters at most), or ``None``. The one rule for
+    every host that reaches a Traefik ``Host(`...`)`` rule."""
+    labels = value.split(".")
+    if len(value) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        return "is not a valid hostname (e.g. api.example.com)"
+    return None

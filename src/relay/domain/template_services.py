@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from relay.domain.names import hostname_problem
 from relay.domain.patterns import show
 from relay.domain.template_rules import (
     MISSING,
@@ -15,7 +16,6 @@ from relay.domain.template_rules import (
     python_entrypoint_problem,
 )
 
-_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 # RFC 3986 ``pchar`` without the sub-delims Traefik's rule language or its
 # comma-separated label lists give a meaning to: "(", ")", "&" and ",". Backticks,
 # quotes, "|", whitespace and every non-ASCII character are not pchar at all. "%"
@@ -130,16 +130,6 @@ def _host(value: object, where: str, problems: list[str]) -> str | None:
         problems.append(f"{where}{show(value)} {problem}")
         return None
     return value
-
-
-def hostname_problem(value: str) -> str | None:
-    """Why ``value`` is not a DNS hostname (dot-separated labels of ASCII letters,
-    digits and inner '-', 253 characters at most), or ``None``. The one rule for
-    every host that reaches a Traefik ``Host(`...`)`` rule."""
-    labels = value.split(".")
-    if len(value) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
-        return "is not a valid hostname (e.g. api.example.com)"
-    return None
 
 
 def path_character_problem(value: str) -> str | None:

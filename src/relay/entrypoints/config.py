@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from relay.domain.durations import MINUTE, SECOND, DurationError, parse_setting_duration
 from relay.domain.errors import ConfigError
 from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
-from relay.domain.template_services import hostname_problem
+from relay.domain.names import hostname_problem
 
 T = TypeVar("T")
 
