@@ -39,7 +39,7 @@ app = typer.Typer(help="Inspect cron schedules.", no_args_is_help=True)
 def ls(as_json: JsonFlag = False, functions: FunctionsOption = None) -> None:
     """List every schedule with its last published and next occurrence."""
     if functions is not None:
-        _ls_offline(functions, as_json=as_json)
+        _ls_offline(Path(functions), as_json=as_json)
         return
     rows = _schedules()
     prefixes = [schedule.schedule_prefix(fn, str(s.get("handler", ""))) for fn, s in rows]
