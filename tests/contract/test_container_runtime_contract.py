@@ -9,7 +9,7 @@ counters ``snapshot`` reports."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ from relay.domain.execution import (
 )
 from tests.fakes import InMemoryContainerRuntime
 from tests.integration.runtime_support import built_image, runtime_for
-from tests.testbed import DockerEngine
+from tests.shared_run import SharedImages
 
 pytestmark = pytest.mark.anyio
 
@@ -36,14 +36,11 @@ HALF_SECOND_NS = 500_000_000
 
 
 @pytest.fixture(scope="module")
-def images(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+def images(request: pytest.FixtureRequest) -> tuple[str, str]:
     """Two versions of the function image (Docker only; the fake needs none)."""
-    engine: DockerEngine = request.getfixturevalue("docker_engine")
-    with (
-        built_image(engine.client, PY, "ENV APP_VERSION=1") as v1,
-        built_image(engine.client, PY, "ENV APP_VERSION=2") as v2,
-    ):
-        yield v1, v2
+    shared: SharedImages = request.getfixturevalue("shared_images")
+    v1 = built_image(shared, PY, "ENV APP_VERSION=1")
+    return v1, built_image(shared, PY, "ENV APP_VERSION=2")
 
 
 def _sleep(request: InvocationRequest) -> InvocationResult:
