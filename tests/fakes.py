@@ -726,14 +726,34 @@ class InMemoryOccurrencePublisher:
         self.keys[key] = (entry_id, now + schedule.DEDUP_TTL_S)
         return entry_id
 
+    def now(self) -> float:
+        return self._clock.now()
+
 
 class InMemoryOccurrenceHistory:
     """``OccurrenceHistory`` over the in-memory stream's pending list and ledger."""
 
-    def __init__(self, stream: InMemoryEventStream, ledger: InMemoryLedger) -> None:
+    def __init__(
+        self,
+        stream: InMemoryEventStream,
+        ledger: InMemoryLedger,
+        publisher: InMemoryOccurrencePublisher,
+    ) -> None:
         self._stream = stream
         self._ledger = ledger
+        self._publisher = publisher
         self.fail_next = 0
+        self.fail_published = 0  # that many published_as calls raise as an outage would
+
+    async def published_as(self, occurrence_id: str) -> str | None:
+        if self.fail_published > 0:
+            self.fail_published -= 1
+            raise DependencyUnavailable("redis GET failed: connection refused")
+        key = schedule.dedup_key(self._stream.stream, occurrence_id)
+        held = self._publisher.keys.get(key)
+        if held is None or held[1] <= self._publisher.now():
+            return None
+        return held[0]
 
     async def unfinished_before(self, prefix: str, message_id: str) -> bool:
         if self.fail_next > 0:

@@ -51,6 +51,10 @@ class Bed:
     async def classify(self, message_id: str, classification: str) -> None:
         raise NotImplementedError
 
+    async def record_previous_layout(self, occurrence_id: str) -> None:
+        """A live dedup record of the layout before records were stream-scoped."""
+        pytest.skip("the in-memory publisher has no previous layout")
+
 
 class MemoryBed(Bed):
     def __init__(self) -> None:
@@ -59,7 +63,7 @@ class MemoryBed(Bed):
         self.ledger = InMemoryLedger(self.memory_stream, InMemoryDeadLetterQueue(), clock)
         self.stream = self.memory_stream
         self.publisher = InMemoryOccurrencePublisher(self.memory_stream, clock)
-        self.history = InMemoryOccurrenceHistory(self.memory_stream, self.ledger)
+        self.history = InMemoryOccurrenceHistory(self.memory_stream, self.ledger, self.publisher)
 
     async def entries(self) -> list[bytes | None]:
         return list(self.memory_stream.entries.values())
@@ -85,6 +89,9 @@ class RedisBed(Bed):
     async def classify(self, message_id: str, classification: str) -> None:
         key = invocation_key(self.stream.stream, self.stream.group, message_id)
         await self.client.hset(key, CLASS_FIELD, class_stamp(classification, "t1"))
+
+    async def record_previous_layout(self, occurrence_id: str) -> None:
+        await self.client.set(schedule.legacy_dedup_key(occurrence_id), b"1", ex=60)
 
 
 class _AcknowledgingStream(SqliteEventStream):
@@ -129,6 +136,15 @@ class SqliteBed(Bed):
         def step(c: sqlite3.Connection, _now: int) -> None:
             c.execute(
                 "INSERT INTO ledger (seq, field, value) VALUES (?, ?, ?)", (seq, CLASS_FIELD, stamp)
+            )
+
+        await self.store.write(step)
+
+    async def record_previous_layout(self, occurrence_id: str) -> None:
+        def step(c: sqlite3.Connection, now: int) -> None:
+            c.execute(
+                "INSERT INTO occurrences (id, message_id, expires_ms) VALUES (?, ?, ?)",
+                (occurrence_id, "1-1", now + 60_000),
             )
 
         await self.store.write(step)
@@ -181,6 +197,32 @@ async def test_distinct_instants_are_distinct_occurrences(
     assert None not in ids
     assert len(set(ids)) == 3
     assert len(await bed.entries()) == 3
+
+
+async def test_published_as_names_the_entry_publish_if_new_appended(
+    bed: Bed, request: pytest.FixtureRequest
+) -> None:
+    """Issue 35.12: what tells a published occurrence from a copy of it."""
+    fn = _fn(request)
+    occurrence = schedule.envelope(fn, "jobs.a", AT)
+    assert await bed.history.published_as(occurrence.occurrence_id) is None
+    added = await bed.publisher.publish(occurrence)
+    assert added is not None
+    assert await bed.history.published_as(occurrence.occurrence_id) == added
+    assert await bed.publisher.publish(occurrence) is None  # refused: the record stands
+    assert await bed.history.published_as(occurrence.occurrence_id) == added
+    other = schedule.occurrence_id(fn, "jobs.a", AT + 60)
+    assert await bed.history.published_as(other) is None
+
+
+async def test_a_record_of_the_previous_layout_names_no_entry(
+    bed: Bed, request: pytest.FixtureRequest
+) -> None:
+    """An upgrade inside the 7-day window: the old record counts as "this one"."""
+    occurrence_id = schedule.occurrence_id(_fn(request), "jobs.a", AT)
+    await bed.record_previous_layout(occurrence_id)
+    assert await bed.history.published_as(occurrence_id) == ""
+    assert not schedule.is_copy(await bed.history.published_as(occurrence_id), "9-9")
 
 
 async def test_unfinished_before_sees_an_earlier_pending_occurrence(

@@ -1,7 +1,9 @@
 """The least-privilege Redis user of docs/deployment.md, for real: a worker whose
 REDIS_URI names a user made from exactly the documented ``ACL SETUSER`` line runs
 events, dead-letters and schedules, the admin commands read what it wrote,
-and Redis's ``ACL LOG`` records no command it refused."""
+and Redis's ``ACL LOG`` records no command it refused. Its schedule's occurrences
+exercise the ``GET`` of their dedup key (``+get``: a delivered occurrence runs only
+if the key names its entry, issue 35.12)."""
 
 from __future__ import annotations
 

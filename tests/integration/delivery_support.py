@@ -13,6 +13,7 @@ import redis.asyncio
 
 from relay.adapters.redis.keys import dlq_key, invocation_key
 from relay.adapters.redis.ledger import RedisInvocationLedger
+from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurrencePublisher
 from relay.adapters.redis.stream import RedisEventStream
 from relay.adapters.system import RandomTokenSource, SystemClock
 from relay.application.bus import MessageBus
@@ -60,6 +61,7 @@ class RedisWorld:
             client, stream=self.stream_name, group="relay", consumer=consumer
         )
         self.ledger = RedisInvocationLedger(client)
+        self.occurrences = RedisOccurrencePublisher(client, self.stream_name)
         self.registry = FunctionRegistry()
         self.registry.mark_complete()  # every function of the world is declared
         self.runtime = InMemoryContainerRuntime() if runtime is None else runtime
@@ -77,6 +79,7 @@ class RedisWorld:
             max_event_bytes=1024,
             slot_wait_s=1.0,
             notify=self.bus.notify,
+            history=RedisOccurrenceHistory(client, self.stream_name, "relay"),  # as relay start
         )
         self.bus.register(DispatchMessage, self.dispatcher)
         self.bus.register(DispatchBatch, self.dispatcher.handle_batch)

@@ -165,7 +165,7 @@ async def test_a_schedule_occurrence_tells_its_handler_its_occurrence_id(
         midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         at = int((midnight - timedelta(days=1)).timestamp()) + 3 * 3600
         occurrence = schedule.envelope(FN, "probe.context", at)
-        message_id = await world.add(schedule.encode(occurrence))
+        message_id = await world.occurrences.publish(occurrence)  # a copy would not run
         [message] = await world.stream.read(1, 10)
         assert (await world.dispatch(message)).acknowledged
     assert contexts(captured) == [

@@ -50,6 +50,7 @@ DELIVERY_EVENTS: tuple[type[DomainEvent], ...] = (
     ev.InvocationCrashed,
     ev.OccurrenceObsolete,
     ev.OccurrenceSkipped,
+    ev.OccurrenceForged,
     ev.BreakerOpened,
     ev.BreakerHalfOpened,
     ev.BreakerClosed,
@@ -73,8 +74,8 @@ class World:
         self.runtime = InMemoryContainerRuntime(self.clock)
         self.slots = Slots(8, wait_s=slot_wait_s)
         self.secrets = InMemorySecretStore()
-        self.history = InMemoryOccurrenceHistory(self.stream, self.ledger)
         self.publisher = InMemoryOccurrencePublisher(self.stream, self.clock)
+        self.history = InMemoryOccurrenceHistory(self.stream, self.ledger, self.publisher)
         self.bus = MessageBus({})
         self.breakers = BreakerBoard(
             clock=self.clock, registry=self.registry, notify=self.bus.notify

@@ -228,11 +228,10 @@ async def test_a_redelivered_occurrence_is_never_skipped_away() -> None:
 
 async def test_an_occurrence_past_the_publish_if_new_window_is_dead_lettered() -> None:
     """Issue 35.12 (a): a ``relay.schedule`` envelope a producer writes by hand (or
-    re-publishes) for a real firing runs like a published one (confirmed: nothing
-    but publish-if-new knows which occurrences were published). Past the 7-day
-    window its record is gone, so nothing can tell it from a copy: it is
-    dead-lettered whole, never run. Within the window one still runs (a genuine
-    occurrence may wait that long, e.g. for an unavailable function)."""
+    re-publishes) for a real firing. Past the 7-day window its record is gone, so
+    nothing can tell it from a copy: it is dead-lettered whole, never run. Within
+    the window a published one still runs (a genuine occurrence may wait that long,
+    e.g. for an unavailable function)."""
     world = world_with(nightly())
     week = schedule.DEDUP_TTL_S
     old = AT - week  # 03:00 seven days and five hours before now: past the window
@@ -244,8 +243,52 @@ async def test_an_occurrence_past_the_publish_if_new_window_is_dead_lettered() -
     assert "older than the 7-day publish-if-new window" in entry.reason
     assert entry.event == forged.decode()
 
-    recent = AT - week + 86400  # six days and five hours ago: inside the window, it runs
-    late = schedule.encode(schedule.envelope("jobs", "jobs.nightly.handler", recent))
-    report = await world.deliver(late)
+    # six days and five hours ago, inside the window, published: it runs (a copy
+    # would not: see the tests below)
+    late = schedule.envelope("jobs", "jobs.nightly.handler", AT - week + 86400)
+    assert await world.publisher.publish(late) is not None
+    report = await deliver_next(world)
     assert (report.acknowledged, report.outcome) == (True, "completed")
     assert len(world.runtime.requests) == 1
+
+
+async def test_a_copy_of_a_published_occurrence_is_acknowledged_unrun() -> None:
+    """Issue 35.12: a hand-made envelope (same occurrence id, another message) is
+    not the entry publish-if-new appended: acknowledged as ``forged`` with a WARN
+    line, never run, never dead-lettered; the published one runs."""
+    world = world_with(nightly())
+    copy = schedule.encode(schedule.envelope("jobs", "jobs.nightly.handler", AT))
+    world.stream.add(copy)  # the copy first: order does not matter
+    published = await publish(world)
+    copied, original = await world.stream.read(2, 0)
+    report = await world.dispatch(copied)
+    assert (report.acknowledged, report.outcome) == (True, schedule.FORGED)
+    assert world.runtime.requests == []
+    assert world.dlq.entries == []
+    [forged] = world.of(ev.OccurrenceForged)
+    assert (forged.message_id, forged.occurrence_id) == (
+        copied.id, schedule.occurrence_id("jobs", "jobs.nightly.handler", AT),
+    )  # fmt: skip
+    assert original.id == published
+    report = await world.dispatch(original)
+    assert (report.acknowledged, report.outcome) == (True, "completed")
+    assert len(world.runtime.requests) == 1
+
+
+async def test_a_never_published_occurrence_is_a_copy_too() -> None:
+    world = world_with(nightly())
+    envelope = schedule.encode(schedule.envelope("jobs", "jobs.nightly.handler", AT))
+    report = await world.deliver(envelope)
+    assert (report.acknowledged, report.outcome) == (True, schedule.FORGED)
+    assert world.runtime.requests == []
+
+
+async def test_a_broker_that_cannot_tell_lets_the_occurrence_run() -> None:
+    """Fails open, as ``overlap`` does: at-least-once first."""
+    world = world_with(nightly())
+    world.history.fail_published = 1
+    envelope = schedule.encode(schedule.envelope("jobs", "jobs.nightly.handler", AT))
+    report = await world.deliver(envelope)
+    assert (report.acknowledged, report.outcome) == (True, "completed")
+    [down] = world.of(ev.LedgerUnavailable)
+    assert down.call == "provenance"

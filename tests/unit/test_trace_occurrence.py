@@ -31,7 +31,8 @@ def test_an_occurrence_acknowledged_without_a_run_says_why() -> None:
     lines = render_trace(facts({"@class": f"{OCC}#t1"}, pending=False))
     assert lines[-1] == (
         "Verdict:      finished: acknowledged without a run (obsolete: its schedule was removed,"
-        " or skipped: overlap: skip; the worker's log says which)"
+        " skipped: overlap: skip, or forged: a copy of the entry publish-if-new appended;"
+        " the worker's log says which)"
     )
 
 

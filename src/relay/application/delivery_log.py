@@ -18,6 +18,7 @@ import structlog
 from relay.application.bus import MessageBus
 from relay.domain import events as ev
 from relay.domain.messages import DomainEvent
+from relay.domain.schedule import FORGED_REASON
 
 _NAME = "relay.application.dispatch"
 _log = structlog.get_logger(_NAME)
@@ -180,6 +181,18 @@ def _skipped(e: ev.OccurrenceSkipped) -> None:
     )
 
 
+def _forged(e: ev.OccurrenceForged) -> None:
+    # A producer (or an operator) publishing envelopes by hand: say so, loudly.
+    _log.warning(
+        "occurrence_forged",
+        function=e.function,
+        handler=e.handler,
+        message_id=e.message_id,
+        occurrence_id=e.occurrence_id,
+        reason=FORGED_REASON,
+    )
+
+
 def _lost(e: ev.DeliveryLost) -> None:
     # Routine when consumers race for a message: the other one handles it.
     _log.debug("delivery_lost", message_id=e.message_id)
@@ -192,6 +205,7 @@ LINES: dict[type[DomainEvent], Callable[[Any], None]] = {
     ev.OccurrencePublishRecovered: _publish_recovered,
     ev.OccurrenceObsolete: _obsolete,
     ev.OccurrenceSkipped: _skipped,
+    ev.OccurrenceForged: _forged,
     ev.InvocationStarted: _started,
     ev.InvocationSucceeded: _succeeded,
     ev.InvocationFailed: _failed,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from relay.application.dispatch_events import newly_exhausted_events
-from relay.application.dispatch_plan import Planner, skipped
+from relay.application.dispatch_plan import Planner, forged, skipped
 from relay.application.dispatch_state import Delivery
 from relay.application.ports import Clock, InvocationLedger, OccurrenceHistory, TokenSource
 from relay.domain import schedule
@@ -51,6 +51,8 @@ class Claimer:
         """Set each delivery's ``started`` (``None`` when the ledger could not be
         reached: then nothing was claimed)."""
         for d in deliveries:
+            if d.plan.occurrence is not None and d.plan.invocations:
+                await self._provenance(d)  # only occurrences pay for it
             if d.plan.skip_overlap:
                 await self._overlap(d)
             d.token = self._tokens.token()
@@ -105,6 +107,23 @@ class Claimer:
     def _unavailable(self, deliveries: Sequence[Delivery], exc: DependencyUnavailable) -> None:
         for d in deliveries:
             self._notify(LedgerUnavailable(message_id=d.message_id, call="begin", error=str(exc)))
+
+    async def _provenance(self, d: Delivery) -> None:
+        """An occurrence runs only if it is the entry publish-if-new appended: a copy
+        (same occurrence id, another message) is acknowledged unrun (``forged``).
+        A broker that cannot tell fails open (it runs: at-least-once first)."""
+        occurrence = d.plan.occurrence
+        if occurrence is None or self._history is None:
+            return
+        try:
+            recorded = await self._history.published_as(occurrence.occurrence_id)
+        except DependencyUnavailable as exc:
+            self._notify(
+                LedgerUnavailable(message_id=d.message_id, call="provenance", error=str(exc))
+            )
+            return
+        if schedule.is_copy(recorded, d.message_id):
+            d.plan = forged(occurrence)
 
     async def _overlap(self, d: Delivery) -> None:
         """``overlap: skip``: nothing runs while an earlier occurrence of the same

@@ -17,6 +17,7 @@ from relay.domain.events import (
     MessageAcknowledged,
     MessageDeadLettered,
     MessageKeptPending,
+    OccurrenceForged,
     OccurrenceObsolete,
     OccurrenceSkipped,
 )
@@ -32,7 +33,7 @@ from relay.domain.outcome import (
     Settlement,
     split_field,
 )
-from relay.domain.schedule import Envelope
+from relay.domain.schedule import FORGED, Envelope
 
 
 def newly_exhausted_events(message_id: str, statuses: tuple[ClaimStatus, ...]) -> list[DomainEvent]:
@@ -114,9 +115,11 @@ def settlement_events(
 
 
 def ended_event(message_id: str, occurrence: Envelope | None, ended: str) -> DomainEvent:
-    """An occurrence acknowledged without a run: obsolete, or skipped (overlap)."""
+    """An occurrence acknowledged without a run: obsolete, skipped (overlap), or a
+    copy (forged)."""
     assert occurrence is not None
-    kind = OccurrenceSkipped if ended == "skipped" else OccurrenceObsolete
+    kinds = {"skipped": OccurrenceSkipped, FORGED: OccurrenceForged}
+    kind = kinds.get(ended, OccurrenceObsolete)
     return kind(
         function=occurrence.function,
         handler=occurrence.handler,

@@ -197,3 +197,8 @@ def plan_occurrence(found: Occurrence) -> Plan:
 def skipped(occurrence: Envelope) -> Plan:
     """``overlap: skip`` with an earlier occurrence not terminal: nothing runs."""
     return Plan(invocations=(), functions=(), occurrence=occurrence, ended="skipped")
+
+
+def forged(occurrence: Envelope) -> Plan:
+    """Not the entry publish-if-new appended for its occurrence: nothing runs."""
+    return Plan(invocations=(), functions=(), occurrence=occurrence, ended=schedule.FORGED)

@@ -5,7 +5,8 @@ without consuming anything and feeds them here. Each entry goes through
 :func:`relay.application.classify.classify`, the dispatcher's own first step, so the
 counts are the worker's: an entry the worker would dead-letter at once is *malformed*,
 a schedule occurrence bypasses matching, and every other entry is matched by the same
-rule index the dispatcher uses.
+rule index the dispatcher uses. The dry run reads no dedup record, so its
+*occurrences* include copies the worker acknowledges unrun as ``forged``.
 
 ``now()`` in a pattern is evaluated at the entry's own time (when it was appended),
 which is when a worker keeping up with the stream matched it; ``at`` evaluates every
@@ -79,7 +80,7 @@ class DryRunReport(msgspec.Struct, frozen=True, kw_only=True):
     matched: int  # events at least one rule matched
     unmatched: int
     malformed: int
-    occurrences: int  # schedule occurrences: matching is bypassed
+    occurrences: int  # schedule occurrences (copies included): matching is bypassed
     newest_id: str | None
     oldest_id: str | None
     rules: tuple[RuleCount, ...]

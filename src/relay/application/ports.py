@@ -369,7 +369,8 @@ class OccurrencePublisher(Protocol):
 
 
 class OccurrenceHistory(Protocol):
-    """What the overlap policy asks the broker (``overlap: skip``).
+    """What the dispatcher asks the broker about a delivered occurrence: whether it
+    is the entry publish-if-new appended, and the overlap policy (``overlap: skip``).
 
     Implemented by ``relay.adapters.redis.schedules.RedisOccurrenceHistory`` and
     ``relay.adapters.sqlite.broker.schedules.SqliteOccurrenceHistory``.
@@ -379,6 +380,12 @@ class OccurrenceHistory(Protocol):
         """Whether an entry older than ``message_id`` is still pending in the group
         (not terminal) and is an occurrence whose id starts with ``prefix``.
         Raises ``DependencyUnavailable``."""
+        ...
+
+    async def published_as(self, occurrence_id: str) -> str | None:
+        """The message id publish-if-new appended for ``occurrence_id`` on this
+        stream: ``""`` for a live record of the previous layout (it names none),
+        ``None`` when no live record exists. Raises ``DependencyUnavailable``."""
         ...
 
 

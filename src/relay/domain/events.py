@@ -423,6 +423,17 @@ class OccurrenceObsolete(DomainEvent, frozen=True, kw_only=True):
     occurrence_id: str
 
 
+class OccurrenceForged(DomainEvent, frozen=True, kw_only=True):
+    """A delivered occurrence that is not the entry publish-if-new appended for it (a
+    copy published by hand, or re-published): acknowledged without a run or a DLQ
+    entry; the WARN line carries :data:`relay.domain.schedule.FORGED_REASON`."""
+
+    function: str
+    handler: str
+    message_id: str
+    occurrence_id: str
+
+
 class OccurrenceSkipped(DomainEvent, frozen=True, kw_only=True):
     """``overlap: skip``: an earlier occurrence of the schedule was not terminal, so
     this one was acknowledged without a run (``schedule_occurrences_skipped_total``)."""

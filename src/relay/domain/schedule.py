@@ -195,6 +195,22 @@ def beyond_dedup_window(occurrence: Envelope, now_s: float) -> InvalidOccurrence
     )
 
 
+FORGED: Final = "forged"  # the outcome of a copy: acknowledged, never run, never dead-lettered
+FORGED_REASON: Final = (
+    "a copy of a schedule occurrence: publish-if-new appended another entry for it "
+    "(or none): not run"
+)
+
+
+def is_copy(recorded: str | None, message_id: str) -> bool:
+    """Whether the delivered entry ``message_id`` is not the one publish-if-new
+    appended for its occurrence. ``recorded`` is what the dedup record names:
+    the appended entry's id, ``""`` for a record of the previous layout (it names
+    no entry, so it counts as this one: an upgrade never drops a genuine
+    occurrence), ``None`` for no record at all (nothing was published: a copy)."""
+    return recorded is None or recorded not in {"", message_id}
+
+
 # --- when a cron fires --------------------------------------------------------------
 
 

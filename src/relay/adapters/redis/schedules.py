@@ -1,4 +1,5 @@
-"""Schedule occurrences on Redis: publish-if-new, the overlap question, history.
+"""Schedule occurrences on Redis: publish-if-new, which entry was published, the
+overlap question, history.
 
 Publishing is one Lua script (``lua/publish_occurrence.lua``): the dedup key
 ``relay:occurrence:<stream>:schedule:<function>:<handler>:<scheduled_at>`` (7-day
@@ -71,6 +72,18 @@ class RedisOccurrenceHistory:
         self._client = client
         self._stream = stream
         self._group = group
+
+    async def published_as(self, occurrence_id: str) -> str | None:
+        """The dedup key's value (the script stores the appended entry's id); a key
+        of the previous layout names no entry (``""``). Two GETs in one round trip."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.get(dedup_key(self._stream, occurrence_id))
+            pipe.get(legacy_dedup_key(occurrence_id))
+            with translated("GET"):
+                current, legacy = await pipe.execute()
+        if current is not None:
+            return _text(current)
+        return None if legacy is None else ""
 
     async def unfinished_before(self, prefix: str, message_id: str) -> bool:
         low = "-"

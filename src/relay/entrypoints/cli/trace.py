@@ -260,8 +260,9 @@ def verdict_of(facts: MessageFacts) -> tuple[str, str]:  # noqa: PLR0911 - one a
     if facts.pending is None:
         if facts.ledger and not markers and _occurrence(facts.ledger):
             return "acknowledged_without_run", (
-                "finished: acknowledged without a run (obsolete: its schedule was removed, or"
-                " skipped: overlap: skip; the worker's log says which)"
+                "finished: acknowledged without a run (obsolete: its schedule was removed,"
+                " skipped: overlap: skip, or forged: a copy of the entry publish-if-new"
+                " appended; the worker's log says which)"
             )
         if facts.ledger:
             return "finished", (

@@ -115,6 +115,25 @@ class SqliteOccurrenceHistory:
         self._store = store
         self._stream = stream
 
+    async def published_as(self, occurrence_id: str) -> str | None:
+        """The live row's message id; a live row of the previous layout (the bare
+        occurrence id, shared by every stream) counts as naming none (``""``)."""
+        key = dedup_key(self._stream, occurrence_id)
+        now_ms = self._store.now_ms()
+
+        def query(c: sqlite3.Connection) -> str | None:
+            rows = dict(
+                c.execute(
+                    "SELECT id, message_id FROM occurrences WHERE id IN (?, ?) AND expires_ms > ?",
+                    (key, occurrence_id, now_ms),
+                ).fetchall()
+            )
+            if key in rows:
+                return str(rows[key])
+            return "" if occurrence_id in rows else None
+
+        return await self._store.read(query)
+
     async def unfinished_before(self, prefix: str, message_id: str) -> bool:
         mine = jobs.seq_of(message_id)
         if mine is None:
