@@ -2,6 +2,15 @@
 
     .venv/bin/python bench/soak.py [--events 5000] [--rate 100] [--redis-url URL]
                                    [--variant kill|now|broken-template|mid-batch]
+                                   [--broker redis|sqlite]
+
+``--broker sqlite`` runs the same soak on the embedded broker: both workers share
+one broker file (``RELAY_BROKER=sqlite``, ``RELAY_BROKER_PATH``), events go in
+through Relay's ``SqliteEventPublisher`` (a burst: one transaction), the DLQ is
+read through ``SqliteDeadLetterReader``, the ledgers and "pending" (jobs not
+acknowledged) from the file; the throwaway Redis then only takes the handler's
+marks. The mid-batch kill counts b's leases taken (or renewed) in the last 2 s
+that are not acknowledged, where Redis counts b's pending entries delivered then.
 
 Variants (all must print lost = 0):
 
@@ -57,10 +66,12 @@ import secrets
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from redis.asyncio import Redis
@@ -76,6 +87,7 @@ from _redisbench import (
     workdir,
     write_function,
 )
+from _soaksqlite import SqliteBroker
 
 from relay.adapters.redis.keys import invocation_key
 
@@ -199,9 +211,10 @@ class Findings:
         return concurrent, possible, reruns
 
 
-async def produce(client: Redis, stream: str, events: int, rate: float, burst: int = 1) -> str:
+async def produce(broker: Broker, events: int, rate: float, burst: int = 1) -> str:
     """``events`` at ``rate``/s; with ``burst`` > 1, that many at a time in one
-    MULTI/EXEC, every fourth marked slow (the mid-batch variant)."""
+    write (one MULTI/EXEC, or one SQLite transaction), every fourth marked slow
+    (the mid-batch variant)."""
     start, last = time.monotonic(), ""
     for first in range(0, events, burst):
         due = start + first / rate
@@ -209,13 +222,13 @@ async def produce(client: Redis, stream: str, events: int, rate: float, burst: i
         if due > now:
             await anyio.sleep(due - now)
         at = datetime.now(UTC).isoformat()
-        pipe = client.pipeline(transaction=burst > 1)
+        bodies: list[dict[str, Any]] = []
         for seq in range(first, min(events, first + burst)):
             body: dict[str, Any] = {"kind": "soak", "seq": seq, "at": at}
             if burst > 1 and seq % 4 == 0:
                 body["slow"] = True
-            pipe.xadd(stream, {"event": json.dumps(body)})
-        last = (await pipe.execute())[-1]
+            bodies.append(body)
+        last = await broker.send(bodies, together=burst > 1)
     return last
 
 
@@ -270,9 +283,7 @@ async def chaos(
 
 
 async def chaos_mid_batch(
-    client: Redis,
-    stream: str,
-    group: str,
+    broker: Broker,
     victim: dict[str, Worker],
     restart: Any,
     kills: int,
@@ -287,7 +298,7 @@ async def chaos_mid_batch(
         await anyio.sleep(every_s)
         last, held, deadline = -1, 0, time.monotonic() + 30
         while time.monotonic() < deadline:
-            held = await _in_flight(client, stream, group, "soak-b")
+            held = await broker.in_flight("soak-b")
             if 0 < held < last:
                 break
             last = held
@@ -302,28 +313,97 @@ async def chaos_mid_batch(
         victim["b"] = restart()
 
 
-async def _in_flight(client: Redis, stream: str, group: str, consumer: str) -> int:
-    """``consumer``'s pending entries delivered in the last 2 s."""
-    rows = await client.xpending_range(
-        stream, group, min="-", max="+", count=1000, consumername=consumer, idle=2000
-    )
-    idle_or_older = len(rows)
-    every = await client.xpending_range(
-        stream, group, min="-", max="+", count=1000, consumername=consumer
-    )
-    return len(every) - idle_or_older
+class Broker(Protocol):
+    """What the soak asks of the broker under test (Redis here, the embedded broker
+    in ``_soaksqlite``); the marks always go to the bench's own Redis."""
+
+    async def send(self, bodies: list[dict[str, Any]], *, together: bool) -> str:
+        """Append the events (``together``: in one atomic write); the last id."""
+        ...
+
+    async def in_flight(self, consumer: str) -> int:
+        """``consumer``'s unacknowledged messages delivered in the last 2 s."""
+        ...
+
+    async def settled(self, last: str) -> tuple[bool, int]:
+        """Whether everything up to ``last`` was delivered and acknowledged; the
+        number pending."""
+        ...
+
+    async def ledger_fields(self) -> list[tuple[str, str]]:
+        """Every ``(field, marker)`` of the invocation ledgers of the stream."""
+        ...
+
+    async def dead_letter_events(self) -> list[str | None]:
+        """The event of each DLQ entry, oldest first (``None``: the entry has none)."""
+        ...
+
+    def worker_env(self) -> dict[str, str]:
+        """What a ``relay start`` needs besides the URL, stream and group."""
+        ...
+
+    async def close(self) -> None:
+        """Forget the stream and its dead letters."""
+        ...
 
 
-async def wait_settled(client: Redis, stream: str, group: str, last: str, limit_s: float) -> int:
+@dataclass
+class RedisBroker:
+    client: Redis
+    stream: str
+    group: str
+
+    async def send(self, bodies: list[dict[str, Any]], *, together: bool) -> str:
+        pipe = self.client.pipeline(transaction=together)
+        for body in bodies:
+            pipe.xadd(self.stream, {"event": json.dumps(body)})
+        last: str = (await pipe.execute())[-1]
+        return last
+
+    async def in_flight(self, consumer: str) -> int:
+        client, stream, group = self.client, self.stream, self.group
+        rows = await client.xpending_range(
+            stream, group, min="-", max="+", count=1000, consumername=consumer, idle=2000
+        )
+        idle_or_older = len(rows)
+        every = await client.xpending_range(
+            stream, group, min="-", max="+", count=1000, consumername=consumer
+        )
+        return len(every) - idle_or_older
+
+    async def settled(self, last: str) -> tuple[bool, int]:
+        for info in await self.client.xinfo_groups(self.stream):
+            if info["name"] == self.group:
+                pending = int(info["pending"])
+                return info["last-delivered-id"] == last and pending == 0, pending
+        return False, -1
+
+    async def ledger_fields(self) -> list[tuple[str, str]]:
+        fields: list[tuple[str, str]] = []
+        match = invocation_key(self.stream, self.group, "*")
+        async for ledger in self.client.scan_iter(match=match, count=500):
+            fields += (await self.client.hgetall(ledger)).items()
+        return fields
+
+    async def dead_letter_events(self) -> list[str | None]:
+        entries = await self.client.xrange(f"relay:{self.stream}:dlq")
+        return [fields.get("event") for _, fields in entries]
+
+    def worker_env(self) -> dict[str, str]:
+        return {}
+
+    async def close(self) -> None:
+        await self.client.delete(self.stream, f"relay:{self.stream}:dlq")
+
+
+async def wait_settled(broker: Broker, last: str, limit_s: float) -> int:
     """Wait until the group has delivered everything and nothing is pending."""
     deadline = time.monotonic() + limit_s
     pending, shown = -1, 0.0
     while time.monotonic() < deadline:
-        for info in await client.xinfo_groups(stream):
-            if info["name"] == group:
-                pending = int(info["pending"])
-                if info["last-delivered-id"] == last and pending == 0:
-                    return 0
+        settled, pending = await broker.settled(last)
+        if settled:
+            return 0
         if time.monotonic() - shown >= 60:
             print(f"soak: {pending} pending at {time.strftime('%H:%M:%S')}", flush=True)
             shown = time.monotonic()
@@ -331,15 +411,13 @@ async def wait_settled(client: Redis, stream: str, group: str, last: str, limit_
     return pending
 
 
-async def collect(
-    client: Redis, stream: str, group: str, key: str, events: int, pending: int
-) -> Findings:
+async def collect(broker: Broker, client: Redis, key: str, events: int, pending: int) -> Findings:
+    """The broker's ledgers and dead letters, and the marks on the bench's Redis."""
     found = Findings(events=events, pending=pending)
-    async for ledger in client.scan_iter(match=invocation_key(stream, group, "*"), count=500):
-        for name, marker in (await client.hgetall(ledger)).items():
-            if not name.startswith("@") and marker.startswith("exhausted:"):
-                found.exhausted += 1
-                found.exhausted_dead_lettered += marker.endswith(":dlq")
+    for name, marker in await broker.ledger_fields():
+        if not name.startswith("@") and marker.startswith("exhausted:"):
+            found.exhausted += 1
+            found.exhausted_dead_lettered += marker.endswith(":dlq")
     executions: dict[int, dict[str, Execution]] = defaultdict(dict)
     for raw in await client.lrange(key, 0, -1):
         parts = raw.split("|")
@@ -350,9 +428,9 @@ async def collect(
             execution = executions[seq].setdefault(run, Execution(start_ns=at))
             execution.end_ns, execution.ok = at, parts[4] == "ok"
     found.executions = dict(executions)
-    for _, fields in await client.xrange(f"relay:{stream}:dlq"):
+    for event in await broker.dead_letter_events():
         try:
-            found.dlq_seqs.append(int(json.loads(fields["event"])["seq"]))
+            found.dlq_seqs.append(int(json.loads(event)["seq"]))  # type: ignore[arg-type]
         except (KeyError, ValueError, TypeError):
             found.dlq_unparsable += 1
     return found
@@ -364,15 +442,16 @@ async def soak(url: str, args: argparse.Namespace) -> None:
     key = f"soak:{suffix}:marks"
     address = url.removeprefix("redis://").split("/")[0]
     client = Redis.from_url(url, decode_responses=True)
-    workers: dict[str, Worker] = {}
-    chaos_log: list[str] = []
-    kills_ns: list[int] = []
     extra = NOW_PATTERN if args.variant == "now" else ""
     template = TEMPLATE.format(address=address, key=key, timeout=TIMEOUT_S, extra=extra)
     with workdir() as root:
         functions = write_function(root / "functions", function, template, {"soak.py": HANDLER})
         # b's own copy, so that only b ever sees the broken template
         b_functions = write_function(root / "functions-b", function, template, {"soak.py": HANDLER})
+        broker: Broker = RedisBroker(client, stream, group)
+        if args.broker == "sqlite":
+            # the workers share one broker file; the bench's Redis only takes the marks
+            broker = SqliteBroker(root / "broker.sqlite3", stream)
 
         def launch(name: str) -> Worker:
             own = b_functions if name == "b" and args.variant == "broken-template" else functions
@@ -383,49 +462,12 @@ async def soak(url: str, args: argparse.Namespace) -> None:
                 functions=own,
                 workdir=root,
                 name=f"soak-{name}",
-                extra_env={"MAX_CONCURRENCY": "4"},
+                extra_env={"MAX_CONCURRENCY": "4", **broker.worker_env()},
             )
 
+        workers: dict[str, Worker] = {}
         try:
-            workers["a"] = launch("a")
-            await wait_ready(client, stream, group, workers["a"], args.build_timeout)
-            workers["b"] = launch("b")
-            await anyio.sleep(5)  # b finds the image built and starts consuming
-            await client.delete(key)  # forget the warm-up executions
-            print(f"soak ({args.variant}): producing {args.events} events at {args.rate:.0f}/s")
-            async with anyio.create_task_group() as tg:
-                every = args.events / args.rate / 4
-                if args.variant == "broken-template":
-                    b_template = b_functions / function / "template.yaml"
-                    tg.start_soon(
-                        broken_restart,
-                        workers,
-                        lambda: launch("b"),
-                        b_template,
-                        every,
-                        chaos_log,
-                        kills_ns,
-                    )
-                elif args.variant == "mid-batch":
-                    tg.start_soon(
-                        chaos_mid_batch, client, stream, group, workers, lambda: launch("b"),
-                        3, every, chaos_log, kills_ns,
-                    )
-                else:
-                    tg.start_soon(
-                        chaos, workers, lambda: launch("b"), 3, every, chaos_log, kills_ns
-                    )
-                burst = 8 if args.variant == "mid-batch" else 1
-                last = await produce(client, stream, args.events, args.rate, burst)
-            for line in chaos_log:
-                print(f"soak: {line}")
-            print("soak: waiting for every event to settle (retries and recovery take minutes)")
-            pending = await wait_settled(client, stream, group, last, args.settle_timeout)
-            findings = await collect(client, stream, group, key, args.events, pending)
-            findings.kills_ns = kills_ns
-            print()
-            for line in findings.report():
-                print(line)
+            await run(args, broker, client, key, launch, workers, b_functions / function)
         except BaseException:
             for name, worker in workers.items():
                 print(f"--- worker {name} log (tail) ---")
@@ -435,22 +477,64 @@ async def soak(url: str, args: argparse.Namespace) -> None:
             for worker in workers.values():
                 worker.stop()
             remove_function_images(function)
-            await client.delete(stream, key, f"relay:{stream}:dlq")
+            await client.delete(key)
+            await broker.close()
             await client.aclose()
 
 
-async def wait_ready(
-    client: Redis, stream: str, group: str, worker: Worker, limit_s: float
+async def run(
+    args: argparse.Namespace,
+    broker: Broker,
+    client: Redis,
+    key: str,
+    launch: Callable[[str], Worker],
+    workers: dict[str, Worker],
+    b_function: Path,
 ) -> None:
+    """Start a and b, produce under chaos, wait for settling, print the report."""
+    chaos_log: list[str] = []
+    kills_ns: list[int] = []
+    workers["a"] = launch("a")
+    await wait_ready(broker, workers["a"], args.build_timeout)
+    workers["b"] = launch("b")
+    await anyio.sleep(5)  # b finds the image built and starts consuming
+    await client.delete(key)  # forget the warm-up executions
+    print(
+        f"soak ({args.variant}{', embedded broker' if args.broker == 'sqlite' else ''}): "
+        f"producing {args.events} events at {args.rate:.0f}/s"
+    )
+    async with anyio.create_task_group() as tg:
+        every = args.events / args.rate / 4
+        restart = partial(launch, "b")
+        if args.variant == "broken-template":
+            b_template = b_function / "template.yaml"
+            tg.start_soon(broken_restart, workers, restart, b_template, every, chaos_log, kills_ns)
+        elif args.variant == "mid-batch":
+            tg.start_soon(chaos_mid_batch, broker, workers, restart, 3, every, chaos_log, kills_ns)
+        else:
+            tg.start_soon(chaos, workers, restart, 3, every, chaos_log, kills_ns)
+        burst = 8 if args.variant == "mid-batch" else 1
+        last = await produce(broker, args.events, args.rate, burst)
+    for line in chaos_log:
+        print(f"soak: {line}")
+    print("soak: waiting for every event to settle (retries and recovery take minutes)")
+    pending = await wait_settled(broker, last, args.settle_timeout)
+    findings = await collect(broker, client, key, args.events, pending)
+    findings.kills_ns = kills_ns
+    print()
+    for line in findings.report():
+        print(line)
+
+
+async def wait_ready(broker: Broker, worker: Worker, limit_s: float) -> None:
     """One warm-up event (seq -1, never counted) acknowledged means the worker serves."""
     deadline = time.monotonic() + limit_s
-    last = await client.xadd(stream, {"event": json.dumps({"kind": "soak", "seq": -1})})
+    last = await broker.send([{"kind": "soak", "seq": -1}], together=False)
     while time.monotonic() < deadline:
         if not worker.alive():
             raise SystemExit("soak: worker a exited during start-up")
-        for info in await client.xinfo_groups(stream):
-            if info["name"] == group and info["last-delivered-id"] == last and not info["pending"]:
-                return
+        if (await broker.settled(last))[0]:
+            return
         await anyio.sleep(0.5)
     raise SystemExit("soak: worker a did not become ready in time")
 
@@ -464,6 +548,13 @@ def main() -> None:
     parser.add_argument("--settle-timeout", type=float, default=1200.0)
     parser.add_argument(
         "--variant", choices=("kill", "now", "broken-template", "mid-batch"), default="kill"
+    )
+    parser.add_argument(
+        "--broker",
+        choices=("redis", "sqlite"),
+        default="redis",
+        help="the broker under test; with sqlite, two workers share one broker file and "
+        "the throwaway Redis only takes the handler's execution marks",
     )
     args = parser.parse_args()
     with throwaway_redis(args.redis_url) as url:
