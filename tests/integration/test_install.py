@@ -127,3 +127,43 @@ def test_the_installed_relay_runs_from_its_own_venv(
         [bin_dir / "python", "-c", "import pytest"], capture_output=True, check=False, env=env
     )
     assert no_pytest.returncode != 0, "the test tools must stay an extra"
+
+
+# The two tool installers a user runs on a clone, each pinned (installed from PyPI into a
+# throwaway venv of its own): they build the wheel in their own isolated environment and
+# resolve the dependencies from pyproject.toml, not from the lock.
+TOOLS = {"uv": "uv==0.13.8", "pipx": "pipx==1.18.4"}
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_a_tool_installer_installs_relay_from_a_fresh_clone(
+    installed: tuple[Path, Path], tmp_path: Path, tool: str
+) -> None:
+    """`uv tool install CLONE` and `pipx install CLONE`, as the README says, into
+    directories of this test's own: the `relay` they put on the PATH answers and
+    publishes to an embedded broker file."""
+    clone, _ = installed
+    tools = tmp_path / "tools"
+    run([sys.executable, "-m", "venv", tools], cwd=tmp_path, env=clean_env())
+    run([tools / "bin" / "python", "-m", "pip", "install", "-q", TOOLS[tool]], cwd=tmp_path,
+        env=clean_env())  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    env = clean_env(
+        UV_TOOL_DIR=str(tmp_path / "uv-tools"), UV_TOOL_BIN_DIR=str(bin_dir),
+        UV_CACHE_DIR=str(tmp_path / "uv-cache"), UV_PYTHON_DOWNLOADS="never",
+        PIPX_HOME=str(tmp_path / "pipx"), PIPX_BIN_DIR=str(bin_dir),
+    )  # fmt: skip
+    if tool == "uv":
+        command: list[str | Path] = [tools / "bin" / "uv", "tool", "install",
+                                     "--python", sys.executable, clone]  # fmt: skip
+    else:
+        command = [tools / "bin" / "pipx", "install", "--python", sys.executable, clone]
+    run(command, cwd=tmp_path, env=env)
+    relay = bin_dir / "relay"
+    assert run([relay, "--version"], cwd=tmp_path, env=env).startswith("relay 0.1.0")
+    broker = tmp_path / "broker.sqlite3"
+    published = run(
+        [relay, "publish", "--event", '{"kind": "tool"}'], cwd=tmp_path,
+        env={**env, "RELAY_BROKER": "sqlite", "RELAY_BROKER_PATH": str(broker)},
+    )
+    assert published.strip()
