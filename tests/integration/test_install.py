@@ -60,10 +60,15 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh clone of the working tree (copied once per worker that needs it)."""
+    return fresh_clone(tmp_path_factory.mktemp("install") / "clone")
+
+
+@pytest.fixture(scope="module")
+def installed(clone: Path) -> tuple[Path, Path]:
     """(the clone, the new venv's bin directory) with the wheel installed."""
-    root = tmp_path_factory.mktemp("install")
-    clone = fresh_clone(root / "clone")
+    root = clone.parent
     dist = root / "dist"
     # no build isolation: hatchling comes from the locked set (the test bed is offline)
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -137,12 +142,11 @@ TOOLS = {"uv": "uv==0.13.8", "pipx": "pipx==1.18.4"}
 
 @pytest.mark.parametrize("tool", sorted(TOOLS))
 def test_a_tool_installer_installs_relay_from_a_fresh_clone(
-    installed: tuple[Path, Path], tmp_path: Path, tool: str
+    clone: Path, tmp_path: Path, tool: str
 ) -> None:
     """`uv tool install CLONE` and `pipx install CLONE`, as the README says, into
     directories of this test's own: the `relay` they put on the PATH answers and
-    publishes to an embedded broker file."""
-    clone, _ = installed
+    publishes to an embedded broker file (no wheel of ours: the tool builds it)."""
     tools = tmp_path / "tools"
     run([sys.executable, "-m", "venv", tools], cwd=tmp_path, env=clean_env())
     run([tools / "bin" / "python", "-m", "pip", "install", "-q", TOOLS[tool]], cwd=tmp_path,
