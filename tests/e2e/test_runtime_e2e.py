@@ -22,7 +22,11 @@ from tests.e2e.conftest import WorkerFactory
 from tests.e2e.harness import RELAY, RelayWorker, run_relay, send_event, wait_until
 from tests.e2e.harness import text as reply_text
 
-pytestmark = pytest.mark.e2e
+# One xdist worker for the whole module: its tests share one function name with
+# different sources, and a worker retires the images of its functions that it does not
+# serve, so a test beside another on the same engine could lose its image between the
+# build and the first container (seen in a fresh-clone CI run).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("canary-secret")]
 
 FUNCTION = "canary-secret"
 TEMPLATE = """\
