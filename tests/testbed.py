@@ -377,8 +377,10 @@ class DockerCleanup:
         """Remove everything above; raise if something could not be removed."""
         errors: list[str] = []
         label = f"{TEST_ID_LABEL}={self.unique}"
-        found = self.client.containers.list(all=True, filters={"label": label})
-        found += self.client.containers.list(all=True, filters={"name": self.unique})
+        # sparse: a full listing inspects each container, and one auto-removed meanwhile
+        # (AutoRemove, a worker's own cleanup) would fail the listing with NotFound
+        found = self.client.containers.list(all=True, sparse=True, filters={"label": label})
+        found += self.client.containers.list(all=True, sparse=True, filters={"name": self.unique})
         ids = {c.id for c in found} | set(self.containers)
         self._remove(ids, lambda ref: self.client.containers.get(ref).remove(force=True), errors)
         nets = {n.id for n in self.client.networks.list(filters={"label": label})}
