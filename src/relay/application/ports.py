@@ -24,6 +24,7 @@ from relay.domain.outcome import (
     Settlement,
     StreamMessage,
 )
+from relay.domain.publication import Publication
 from relay.domain.schedule import Envelope
 from relay.domain.services import DesiredService, ObservedReplica, ResolvedImage
 from relay.domain.stats import StatsSnapshot
@@ -96,6 +97,16 @@ class EventStream(Protocol):
         """Remove dangling ids (deleted or trimmed bodies) from the pending list;
         their ledger hashes expire after ``LEDGER_RETENTION``, as an acknowledged
         message's do."""
+        ...
+
+
+class EventPublisher(Protocol):
+    """Appends events to the broker the worker or CLI runs on (every producer's
+    one way in: ``relay publish``, the DLQ republish, HTTP ingest)."""
+
+    async def append(self, publications: Sequence[Publication]) -> list[str]:
+        """Append in order; the message ids, returned only once every one is
+        durable. Invalid delivery options raise before anything is written."""
         ...
 
 

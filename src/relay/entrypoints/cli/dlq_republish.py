@@ -16,7 +16,8 @@ import anyio
 
 from relay.domain.dlq_event import dlq_event_bytes, republishable
 from relay.domain.errors import DependencyUnavailable, RelayError
-from relay.entrypoints.cli.brokers import open_store, redis_client, with_dead_letters
+from relay.domain.publication import Publication
+from relay.entrypoints.cli.brokers import with_dead_letters
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import BrokerSettings, RedisSettings
 
@@ -54,21 +55,13 @@ def republish_malformed(
 async def _append(
     settings: tuple[BrokerSettings, RedisSettings], stream: str, payload: bytes
 ) -> str:
-    broker, redis_settings = settings
-    # each broker's client imported on its own path only (start-up stays light)
-    if broker.embedded:
-        from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
+    from relay.entrypoints.cli.publishing import driver_error, open_publisher
 
-        async with open_store(broker, create=False) as store:
-            (new_id,) = await SqliteEventPublisher(store, stream).publish([(payload, None)])
-            return new_id
-    from redis.exceptions import RedisError
-
-    redis = redis_client(redis_settings.url)
-    try:
-        added = await redis.xadd(stream, {"event": payload})
-    except (RedisError, OSError) as exc:
-        raise DependencyUnavailable(f"cannot append to stream {stream!r}: {exc}") from exc
-    finally:
-        await redis.aclose()
-    return added.decode() if isinstance(added, bytes) else str(added)
+    async with open_publisher(settings, stream, create=False) as (publisher, redis):
+        try:
+            (new_id,) = await publisher.append([Publication(payload)])
+        except Exception as exc:
+            if redis is None or not driver_error(exc):
+                raise
+            raise DependencyUnavailable(f"cannot append to stream {stream!r}: {exc}") from exc
+    return new_id

@@ -14,22 +14,27 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
 
 from relay.domain.errors import ConfigError, DependencyUnavailable, EventError, RelayError
 from relay.domain.priority import InvalidPriority, priority_class
-from relay.entrypoints.cli.brokers import broker_settings, open_store
+from relay.domain.publication import Publication
+from relay.entrypoints.cli.brokers import broker_settings
 from relay.entrypoints.cli.common import fail, out, usage
 from relay.entrypoints.cli.publish_input import StdinRun, repeated
+from relay.entrypoints.cli.publishing import driver_error, open_publisher
 from relay.entrypoints.config import (
     DEFAULT_MAX_EVENT_BYTES,
     BrokerSettings,
     RedisSettings,
     parse_event_bytes,
 )
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 
 def register(app: typer.Typer) -> None:
@@ -96,49 +101,31 @@ async def _publish(
     batches: Iterator[list[bytes]],
     priority: str | None,
 ) -> None:
-    broker, redis_settings = settings
-    # each broker's client imported on its own path (docs/cli.md, Startup)
-    if broker.embedded:
-        from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
-
-        async with open_store(broker, create=True) as store:
-            publisher = SqliteEventPublisher(store, redis_settings.stream)
-            for batch in batches:
-                _print(await publisher.publish([(p, priority) for p in batch]))
-        return
-    # publish needs no group, so the settings hold none; the note names the configured one
-    group = os.environ.get("REDIS_GROUP", "").strip()
-    await _publish_redis(redis_settings, group, batches)
-
-
-async def _publish_redis(
-    settings: RedisSettings, group: str, batches: Iterator[list[bytes]]
-) -> None:
-    from redis.exceptions import RedisError
-
-    from relay.adapters.redis.connection import connect_redis
-    from relay.entrypoints.cli.brokers import unread_stream_note
-
-    client = await connect_redis(settings.url)
+    stream = settings[1].stream
     done = 0
-    try:
-        for batch in batches:
-            async with client.pipeline(transaction=False) as pipe:
-                for payload in batch:
-                    pipe.xadd(settings.stream, {"event": payload})
-                ids = [i.decode() if isinstance(i, bytes) else str(i)
-                       for i in await pipe.execute()]
-            done += _print(ids)
-        note = await unread_stream_note(client, settings.stream, group) if done else None
-    except (RedisError, OSError) as exc:
-        # ids printed so far were appended; the batch that failed may be in part
-        raise DependencyUnavailable(
-            f"cannot publish to Redis: {exc} ({done} event(s) before it were published)"
-        ) from exc
-    finally:
-        await client.aclose()
+    note = None
+    async with open_publisher(settings, stream, create=True) as (publisher, redis):
+        try:
+            for batch in batches:
+                done += _print(await publisher.append([Publication(p, priority) for p in batch]))
+            if redis is not None and done:
+                note = await _unread_note(redis, stream)
+        except Exception as exc:
+            if redis is None or not driver_error(exc):
+                raise
+            # ids printed so far were appended; the batch that failed may be in part
+            raise DependencyUnavailable(
+                f"cannot publish to Redis: {exc} ({done} event(s) before it were published)"
+            ) from exc
     if note is not None:
         typer.echo(f"relay: note: {note}", err=True)
+
+
+async def _unread_note(redis: Redis, stream: str) -> str | None:
+    from relay.entrypoints.cli.brokers import unread_stream_note
+
+    # publish needs no group, so the settings hold none; the note names the configured one
+    return await unread_stream_note(redis, stream, os.environ.get("REDIS_GROUP", "").strip())
 
 
 def _print(ids: list[str]) -> int:
