@@ -45,10 +45,18 @@ def publish(
         typer.Option("--priority", help="critical, high, normal or low (embedded broker)."),
     ] = None,
     count: Annotated[int, typer.Option("--count", help="Publish the event N times.")] = 1,
+    traceparent: Annotated[
+        str | None,
+        typer.Option(
+            "--traceparent",
+            help="W3C trace context to send beside every event (the handler's parent span).",
+        ),
+    ] = None,
 ) -> None:
     """Publish ``--event`` (``--count`` times) or the JSON lines on stdin."""
     if count < 1:
         usage(f"--count {count} is invalid: expected a positive whole number")
+    trace = _traceparent(traceparent)
     run = StdinRun(report=lambda line: typer.echo(f"relay: {line}", err=True))
     try:
         if priority is not None:
@@ -59,7 +67,7 @@ def publish(
             typer.echo("relay: note: the Redis broker has no priority; --priority is ignored",
                        err=True)
         batches = _batches(event, count, run, limit)
-        anyio.run(_publish, settings, batches, priority)
+        anyio.run(_publish, settings, batches, priority, trace)
     except InvalidPriority as exc:
         usage(f"--priority: {exc}")
     except RelayError as exc:
@@ -79,6 +87,22 @@ def _batches(event: str | None, count: int, run: StdinRun, limit: int) -> Iterat
     return run.batches(sys.stdin.buffer, limit)
 
 
+def _traceparent(raw: str | None) -> str:
+    """The flag's value, checked: a producer's own command refuses a bad one (a
+    worker reading one ignores it)."""
+    if raw is None:
+        return ""
+    from relay.domain.traceparent import valid_traceparent
+
+    valid = valid_traceparent(raw)
+    if not valid:
+        usage(
+            "--traceparent is invalid: expected the W3C form"
+            " 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>"
+        )
+    return valid
+
+
 def _max_event_bytes() -> int:
     raw = os.environ.get("MAX_EVENT_BYTES", "").strip()
     if not raw:
@@ -95,6 +119,7 @@ async def _publish(
     settings: tuple[BrokerSettings, RedisSettings],
     batches: Iterator[list[bytes]],
     priority: str | None,
+    traceparent: str,
 ) -> None:
     broker, redis_settings = settings
     # each broker's client imported on its own path (docs/cli.md, Startup)
@@ -104,19 +129,20 @@ async def _publish(
         async with open_store(broker, create=True) as store:
             publisher = SqliteEventPublisher(store, redis_settings.stream)
             for batch in batches:
-                _print(await publisher.publish([(p, priority) for p in batch]))
+                _print(await publisher.publish([(p, priority) for p in batch], traceparent))
         return
     # publish needs no group, so the settings hold none; the note names the configured one
     group = os.environ.get("REDIS_GROUP", "").strip()
-    await _publish_redis(redis_settings, group, batches)
+    await _publish_redis(redis_settings, group, batches, traceparent)
 
 
 async def _publish_redis(
-    settings: RedisSettings, group: str, batches: Iterator[list[bytes]]
+    settings: RedisSettings, group: str, batches: Iterator[list[bytes]], traceparent: str
 ) -> None:
     from redis.exceptions import RedisError
 
     from relay.adapters.redis.connection import connect_redis
+    from relay.domain.traceparent import TRACEPARENT_FIELD
     from relay.entrypoints.cli.brokers import unread_stream_note
 
     client = await connect_redis(settings.url)
@@ -125,7 +151,10 @@ async def _publish_redis(
         for batch in batches:
             async with client.pipeline(transaction=False) as pipe:
                 for payload in batch:
-                    pipe.xadd(settings.stream, {"event": payload})
+                    fields: dict[str, bytes | str] = {"event": payload}
+                    if traceparent:  # beside the event, never inside it
+                        fields[TRACEPARENT_FIELD] = traceparent
+                    pipe.xadd(settings.stream, fields)  # type: ignore[arg-type]
                 ids = [i.decode() if isinstance(i, bytes) else str(i)
                        for i in await pipe.execute()]
             done += _print(ids)

@@ -18,13 +18,16 @@ class SqliteEventPublisher:
         self._store = store
         self._stream = stream
 
-    async def publish(self, events: Sequence[tuple[bytes, str | None]]) -> list[str]:
-        """Append ``(event, priority)`` pairs in order; their message ids. Raises
+    async def publish(
+        self, events: Sequence[tuple[bytes, str | None]], traceparent: str = ""
+    ) -> list[str]:
+        """Append ``(event, priority)`` pairs in order, each with ``traceparent``
+        (a valid W3C one, or "" for none); their message ids. Raises
         :class:`relay.domain.priority.InvalidPriority` before writing anything."""
         rows = [(payload, priority_class(priority)) for payload, priority in events]
         stream = self._stream
 
         def step(conn: sqlite3.Connection, now_ms: int) -> list[str]:
-            return [jobs.publish(conn, now_ms, stream, p, c) for p, c in rows]
+            return [jobs.publish(conn, now_ms, stream, p, c, traceparent) for p, c in rows]
 
         return await self._store.write(step, wakes=True)
