@@ -1,0 +1,67 @@
+"""When tracing is on: the standard endpoint variables and the ``relay[otel]`` extra,
+and the resource's ``service.name``."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from structlog.testing import capture_logs
+
+from relay.adapters.otel.setup import start_tracing, tracing_resource, tracing_wanted
+
+
+def test_either_endpoint_variable_asks_for_traces() -> None:
+    assert tracing_wanted({}) is None
+    assert tracing_wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "  "}) is None
+    assert tracing_wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}) == (
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    assert tracing_wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}) == (
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
+
+
+def test_without_the_variable_nothing_is_imported_or_said() -> None:
+    with capture_logs() as logs:
+        assert start_tracing({}) is None
+    assert logs == []
+
+
+def test_the_variable_without_the_extra_is_one_warning_and_no_tracing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # what an install without relay[otel] sees: the packages cannot be imported
+    exporter = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+    for name in (exporter, "opentelemetry.sdk.trace"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with capture_logs() as logs:
+        assert start_tracing({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}) is None
+    assert [(e["event"], e["log_level"]) for e in logs] == [("tracing_unavailable", "warning")]
+    assert logs[0]["reason"] == (
+        "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry packages are not"
+        " installed: traces are off (install relay[otel])"
+    )
+
+
+def test_with_the_extra_tracing_starts_and_shuts_down() -> None:
+    with capture_logs() as logs:
+        tracing = start_tracing({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    assert tracing is not None
+    assert [e["event"] for e in logs] == ["tracing_enabled"]
+    tracing.shutdown()  # nothing queued: no export is tried
+
+
+def test_service_name_is_relay_unless_the_standard_variables_name_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    assert tracing_resource().attributes["service.name"] == "relay"
+    monkeypatch.setenv(
+        "OTEL_RESOURCE_ATTRIBUTES", "service.name=billing,deployment.environment=prod"
+    )
+    attributes = tracing_resource().attributes
+    assert (attributes["service.name"], attributes["deployment.environment"]) == ("billing", "prod")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "relay-eu")
+    assert tracing_resource().attributes["service.name"] == "relay-eu"
