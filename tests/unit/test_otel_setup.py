@@ -1,13 +1,17 @@
 """When tracing is on: the standard endpoint variables and the ``relay[otel]`` extra,
-and the resource's ``service.name``."""
+the resource's ``service.name``, and how an export outage is reported."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from structlog.testing import capture_logs
 
+from relay.adapters.otel.export import ReportingExporter
 from relay.adapters.otel.setup import start_tracing, tracing_resource, tracing_wanted
 
 
@@ -65,3 +69,30 @@ def test_service_name_is_relay_unless_the_standard_variables_name_it(
     assert (attributes["service.name"], attributes["deployment.environment"]) == ("billing", "prod")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "relay-eu")
     assert tracing_resource().attributes["service.name"] == "relay-eu"
+
+
+class Flaky(SpanExporter):
+    """A receiver that answers as ``results`` say (an exception: a broken exporter)."""
+
+    def __init__(self, *results: SpanExportResult | Exception) -> None:
+        self.results = list(results)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.results.pop(0)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+def test_an_export_outage_is_one_warning_and_its_end_one_line() -> None:
+    failure, success = SpanExportResult.FAILURE, SpanExportResult.SUCCESS
+    exporter = ReportingExporter(Flaky(failure, RuntimeError("bug"), failure, success, success))
+    batch = [ReadableSpan(name="x")] * 2
+    with capture_logs() as logs:
+        results = [exporter.export(batch) for _ in range(5)]
+    assert results == [failure, failure, failure, success, success]
+    assert [(e["event"], e["log_level"]) for e in logs] == [
+        ("traces_export_failed", "warning"),
+        ("traces_export_recovered", "info"),
+    ]
+    assert logs[1]["dropped"] == 6

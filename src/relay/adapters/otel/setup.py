@@ -99,8 +99,10 @@ def start_tracing(environ: Mapping[str, str]) -> Tracing | None:
     except ImportError:
         _log.warning("tracing_unavailable", reason=f"{variable} {MISSING_EXTRA}")
         return None
+    from relay.adapters.otel.export import ReportingExporter
+
     provider = TracerProvider(resource=tracing_resource())
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(ReportingExporter(OTLPSpanExporter())))
     _log.info("tracing_enabled", endpoint_variable=variable)
     return Tracing(provider)
 
