@@ -193,3 +193,17 @@ async def test_the_traced_stream_opens_a_span_per_message_read() -> None:
     assert [attr(s, "relay.message_id") for s in t.spans("relay.message")] == [
         m.id for m in read
     ]
+
+
+async def test_a_ledger_outage_is_an_error_claim_and_the_message_stays_pending() -> None:
+    t = Traced()
+    t.world.function("users", USERS)
+    t.world.ledger.fail_next.add("begin")
+    await t.deliver(INSERT, GOOD)
+    claim = one(t.spans("relay.claim"))
+    assert claim.status.status_code == StatusCode.ERROR
+    assert claim.status.description == (
+        "redis ledger script begin failed: connection refused"
+    )
+    assert t.spans("relay.invocation") == []
+    assert attr(one(t.spans("relay.message")), "relay.outcome") == "claim_failed"

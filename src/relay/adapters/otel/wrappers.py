@@ -18,6 +18,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from relay.adapters.otel.spans import DeliveryTraces
 from relay.application.ports import EventStream, InvocationLedger, Invoker, StartGuard
+from relay.domain.errors import RelayError
 from relay.domain.execution import InvocationRequest, InvocationResult
 from relay.domain.outcome import (
     CLAIMED,
@@ -83,23 +84,24 @@ class TracedLedger:
         self._traces = traces
 
     async def begin(self, request: BeginRequest) -> BeginResult:
-        return (await self.begin_many((request,)))[0]
+        call = _one(self._inner.begin(request))
+        return (await self._steps("relay.claim", _ids((request,)), call, _claimed))[0]
 
     async def finish(self, request: FinishRequest) -> Settlement:
-        return (await self.finish_many((request,)))[0]
+        call = _one(self._inner.finish(request))
+        return (await self._steps("relay.settle", _ids((request,)), call, _settled))[0]
 
     async def dead_letter_malformed(self, request: MalformedRequest) -> Settlement:
-        ids = (request.context.message_id,)
-        call = self._inner.dead_letter_malformed(request)
-        return (await self._steps("relay.settle", ids, _one(call), _settled))[0]
+        call = _one(self._inner.dead_letter_malformed(request))
+        return (await self._steps("relay.settle", _ids((request,)), call, _settled))[0]
 
     async def begin_many(self, requests: Sequence[BeginRequest]) -> list[BeginResult]:
-        ids = [r.context.message_id for r in requests]
-        return await self._steps("relay.claim", ids, self._inner.begin_many(requests), _claimed)
+        call = self._inner.begin_many(requests)
+        return await self._steps("relay.claim", _ids(requests), call, _claimed)
 
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Settlement]:
-        ids = [r.context.message_id for r in requests]
-        return await self._steps("relay.settle", ids, self._inner.finish_many(requests), _settled)
+        call = self._inner.finish_many(requests)
+        return await self._steps("relay.settle", _ids(requests), call, _settled)
 
     async def renew(self, request: RenewRequest) -> int:
         return await self._inner.renew(request)
@@ -116,10 +118,12 @@ class TracedLedger:
         try:
             answers = await call
         except Exception as exc:
+            # Relay's own errors are one line fit for a log; anything else by its type only
+            why = str(exc) if isinstance(exc, RelayError) else type(exc).__name__
             for message_id in ids:
                 span = self._traces.step(name, message_id, start_ns)
                 if span is not None:
-                    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                    span.set_status(Status(StatusCode.ERROR, why))
                     span.end()
             raise
         end_ns = time.time_ns()
@@ -132,6 +136,10 @@ class TracedLedger:
 
 async def _one(call: Awaitable[R]) -> list[R]:
     return [await call]
+
+
+def _ids(requests: Sequence[BeginRequest | FinishRequest | MalformedRequest]) -> list[str]:
+    return [r.context.message_id for r in requests]
 
 
 def _claimed(result: BeginResult) -> dict[str, Any]:
