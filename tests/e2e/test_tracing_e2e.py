@@ -112,6 +112,16 @@ def test_an_event_with_a_traceparent_is_traced_on_redis(
     assert_one_traced_delivery(otlp_receiver, message_id, handler_saw(worker))
 
 
+def test_an_untraced_worker_passes_the_producers_traceparent_to_the_handler(
+    embedded_worker: EmbeddedWorkers, functions_dir: Path
+) -> None:
+    write_function(functions_dir)
+    worker = embedded_worker()  # no OTEL_* variable: tracing is off
+    publish_traced(admin_env(worker))
+    assert handler_saw(worker) == TRACEPARENT
+    assert worker.find("tracing_") == []
+
+
 def test_a_receiver_that_is_down_drops_spans_and_delivery_goes_on(
     embedded_worker: EmbeddedWorkers, functions_dir: Path, broker_file: Path
 ) -> None:

@@ -190,36 +190,56 @@ class DeliveryTraces:
         if current is not None:
             current.handler_started_ns = time.time_ns()
 
-    def classified(self, e: ev.EventClassified) -> None:
-        span = self._open.get(e.message_id)
+    def annotate(self, message_id: str, name: str, **attributes: Any) -> None:
+        """A fact about the message as an event of its span (None values left out)."""
+        span = self._open.get(message_id)
         if span is not None:
-            span.add_event(
-                "classified",
-                {"relay.matched": e.matched, "relay.functions": list(e.functions)},
-            )
-
-    def dead_lettered(self, e: ev.MessageDeadLettered) -> None:
-        span = self._open.get(e.message_id)
-        if span is not None:
-            span.add_event(
-                "dead_lettered",
-                {
-                    "relay.function": e.function,
-                    "relay.handler": e.handler,
-                    "relay.dlq_entry_id": e.entry_id,
-                    "relay.reason": e.reason,
-                },
-            )
+            span.add_event(name, {k: v for k, v in attributes.items() if v is not None})
 
     def subscribe(self, bus: MessageBus) -> None:
         """Every event the spans use (all notified synchronously, as they happen)."""
         bus.subscribe(ev.ContainerAcquired, self.acquired)
         bus.subscribe(ev.InvocationStarted, self.started)
-        bus.subscribe(ev.EventClassified, self.classified)
-        bus.subscribe(ev.MessageDeadLettered, self.dead_lettered)
+        _subscribe_annotations(bus, self.annotate)
         bus.subscribe(ev.MessageAcknowledged, lambda e: self.ended(e.message_id, e.outcome))
         bus.subscribe(ev.MessageKeptPending, lambda e: self.ended(e.message_id, e.reason))
         bus.subscribe(ev.DeliveryLost, lambda e: self.ended(e.message_id, "lost"))
+
+
+def _subscribe_annotations(bus: MessageBus, note: Any) -> None:
+    """The message span's events: what the dispatch decided about it and its attempts."""
+
+    def classified(e: ev.EventClassified) -> None:
+        note(e.message_id, "classified",
+             **{"relay.matched": e.matched, "relay.functions": list(e.functions)})
+
+    def failed(e: ev.InvocationFailed) -> None:
+        note(e.message_id, "retry_scheduled", **_who(e), **{"relay.retry_in_s": e.retry_in_s})
+
+    def exhausted(e: ev.InvocationExhausted) -> None:
+        note(e.message_id, "exhausted", **_who(e))
+
+    def deferred(e: ev.InvocationDeferred) -> None:
+        note(e.message_id, "deferred", **_who(e), **{"relay.reason": e.reason})
+
+    def dead_lettered(e: ev.MessageDeadLettered) -> None:
+        note(e.message_id, "dead_lettered", **_who(e),
+             **{"relay.dlq_entry_id": e.entry_id, "relay.reason": e.reason})
+
+    bus.subscribe(ev.EventClassified, classified)
+    bus.subscribe(ev.InvocationFailed, failed)
+    bus.subscribe(ev.InvocationExhausted, exhausted)
+    bus.subscribe(ev.InvocationDeferred, deferred)
+    bus.subscribe(ev.MessageDeadLettered, dead_lettered)
+
+
+def _who(e: Any) -> dict[str, Any]:
+    """Function, handler and (when the event has one) attempt."""
+    return {
+        "relay.function": e.function,
+        "relay.handler": e.handler,
+        "relay.attempt": getattr(e, "attempt", None),
+    }
 
 
 def _finish(span: Span, outcome: str) -> None:
