@@ -129,7 +129,9 @@ def test_a_receiver_that_is_down_drops_spans_and_delivery_goes_on(
     line), the event is still handled and acknowledged, and the worker still stops
     cleanly (the export's retries are bounded by its timeout)."""
     write_function(functions_dir)
-    worker = embedded_worker(env=tracing_env(f"http://127.0.0.1:{free_port()}"))
+    # a short export timeout (seconds in this SDK) also bounds the retries at the stop
+    env = {**tracing_env(f"http://127.0.0.1:{free_port()}"), "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
+    worker = embedded_worker(env=env)
     publish_traced(admin_env(worker))
     seen = handler_saw(worker)
     # the invocation span's context: in the producer's trace, not its span
@@ -140,7 +142,7 @@ def test_a_receiver_that_is_down_drops_spans_and_delivery_goes_on(
         60,
         "the event acknowledged",
     )
-    assert worker.stop(timeout=60) == 0
+    assert worker.stop(timeout=30) == 0
     # the outage is one line in Relay's format, not the SDK's line per retry
     assert len(worker.find(r"level=WARN msg=traces_export_failed ")) == 1
     assert worker.find("Transient error") == []
