@@ -24,6 +24,8 @@ def test_either_endpoint_variable_asks_for_traces() -> None:
     assert tracing_wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}) == (
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
     )
+    disabled = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "True"}
+    assert tracing_wanted(disabled) is None
 
 
 def test_without_the_variable_nothing_is_imported_or_said() -> None:

@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import NoOpTracer, StatusCode
 
 from relay.adapters.otel.spans import DeliveryTraces
 from relay.adapters.otel.wrappers import TracedInvoker, TracedLedger, TracedStream
@@ -18,6 +18,7 @@ from relay.application.dispatch import MessageDispatcher
 from relay.domain import events as ev
 from relay.domain.commands import DispatchMessage
 from relay.domain.execution import InvocationRequest, InvocationResult
+from relay.domain.handler_context import HandlerContext
 from relay.domain.outcome import StreamMessage
 from tests.fakes import SequentialTokens
 from tests.unit.delivery_world import World, rule
@@ -176,6 +177,14 @@ async def test_an_unmatched_message_has_its_span_without_invocations() -> None:
     assert attr(msg, "relay.outcome") == "unmatched"
     assert t.spans("relay.invocation") == []
     assert parent_of(one(t.spans("relay.claim"))) == msg.context.span_id
+
+
+async def test_a_no_op_tracer_hands_the_handler_the_producers_traceparent() -> None:
+    traces = DeliveryTraces(NoOpTracer())
+    context = HandlerContext(message_id="1-1", traceparent=GOOD)
+    request = InvocationRequest(function="f", handler="h", event=b"{}", handler_context=context)
+    _, traceparent = traces.start_invocation(request)
+    assert traceparent == GOOD
 
 
 async def test_open_spans_are_bounded_and_shutdown_ends_the_rest() -> None:

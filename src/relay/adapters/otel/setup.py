@@ -34,7 +34,10 @@ MISSING_EXTRA: Final = (
 
 
 def tracing_wanted(environ: Mapping[str, str]) -> str | None:
-    """The endpoint variable that asks for traces (None: tracing is off)."""
+    """The endpoint variable that asks for traces (None: tracing is off, also when
+    the standard ``OTEL_SDK_DISABLED=true`` says so)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
     for name in ENDPOINT_VARIABLES:
         if environ.get(name, "").strip():
             return name

@@ -140,6 +140,8 @@ class DeliveryTraces:
                 attributes["relay.occurrence_id"] = hc.occurrence_id
         span = self._tracer.start_span("relay.invocation", context=context, attributes=attributes)
         sc = span.get_span_context()
+        if not sc.is_valid:  # a no-op tracer (the SDK disabled): pass the producer's on
+            return _Invocation(span), hc.traceparent if hc is not None else ""
         return _Invocation(span), traceparent_text(sc.trace_id, sc.span_id, sc.trace_flags.sampled)
 
     def enter(self, invocation: _Invocation) -> contextvars.Token[_Invocation | None]:
