@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PRODUCER_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE}-{PRODUCER_SPAN}-01"
-FUNCTION = "traced"
+FUNCTION = "otel-traced"  # one source for every test here: one image, never retired under another
 TEMPLATE = """\
 runtime: python3.14
 events:
