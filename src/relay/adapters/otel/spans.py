@@ -88,9 +88,6 @@ class DeliveryTraces:
             _, evicted = self._open.popitem(last=False)
             _finish(evicted, "abandoned")
 
-    def message_span(self, message_id: str) -> Span | None:
-        return self._open.get(message_id)
-
     def ended(self, message_id: str, outcome: str) -> None:
         span = self._open.pop(message_id, None)
         if span is not None:
