@@ -41,6 +41,7 @@ from relay.adapters.metrics.breakers import subscribe_breakers
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.server import MetricsServer, sample_backlog
 from relay.adapters.metrics.subscribers import InstrumentedImageBuilder, subscribe
+from relay.adapters.otel.setup import open_tracing
 from relay.adapters.sqlite.db import open_db, process_stats_path
 from relay.adapters.sqlite.state_view import SqliteStateView
 from relay.adapters.sqlite.stats_store import SqliteStatsStore
@@ -61,6 +62,7 @@ from relay.application.ports import (
     FunctionSource,
     ImageBuilder,
     InvocationLedger,
+    Invoker,
     OccurrenceHistory,
     SecretStore,
     TokenSource,
@@ -130,11 +132,14 @@ def compose(
     slot_wait_s: float = 10.0,
     history: OccurrenceHistory | None = None,
     services: ServiceConverger | None = None,
+    dispatch_runtime: Invoker | None = None,
 ) -> Composition:
     """Register exactly one handler per command on ``bus``.
 
     The bus is created by the caller first so adapters that publish events (the
     runtime's pool events) can be given ``bus.publish`` before they exist here.
+    ``dispatch_runtime`` runs delivery's attempts (the traced wrapper of
+    ``runtime`` when tracing is on; by default ``runtime`` itself).
     """
     reconciler = Reconciler(
         registry=registry,
@@ -157,7 +162,7 @@ def compose(
         stream=stream,
         ledger=ledger,
         registry=registry,
-        runtime=runtime,
+        runtime=runtime if dispatch_runtime is None else dispatch_runtime,
         slots=slots,
         secrets=secrets,
         clock=clock,
@@ -261,6 +266,7 @@ async def build_worker(
             output = _stdout_output(stack)
         # 2. The broker: Redis and the consumer group, or the embedded broker file.
         broker = await open_broker(stack, settings, clock)
+        tracing = await open_tracing(stack, broker)  # None unless OTEL_* asks (docs/operations)
         # 3. Docker, the NETWORKS check, and the orphan sweep.
         docker = await connect_docker()
         stack.push_async_callback(_shielded(docker.close))
@@ -311,7 +317,10 @@ async def build_worker(
             max_event_bytes=settings.max_event_bytes,
             history=broker.history,
             services=services,
+            dispatch_runtime=None if tracing is None else tracing.invoker(runtime),
         )
+        if tracing is not None:
+            tracing.traces.subscribe(bus)
         subscribe(bus, metrics)
         subscribe_breakers(bus, metrics.registry)
         metrics.watch_pools(lambda: _pool_snapshots(runtime))

@@ -157,6 +157,7 @@ class MessageDispatcher:
                 message_id=message.id,
                 timestamp=stamp,
                 delivery=message.delivery,
+                traceparent=message.traceparent,
             )
             plan = self._planner.plan(message.payload, reclaimed=message.reclaimed)
             if isinstance(plan, Malformed):

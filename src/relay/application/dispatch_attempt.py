@@ -170,6 +170,7 @@ class Attempter:
                     message_id=ctx.message_id,
                     attempt=attempt,
                     occurrence_id=planned.occurrence_id,
+                    traceparent=ctx.traceparent,  # the tracer's wrapper puts its own
                 ),
             )
             return await self._runtime.invoke(request, guard=guard)

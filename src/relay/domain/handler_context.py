@@ -19,6 +19,9 @@ The payload on stdin stays exactly the event (or an occurrence's payload).
   the handler.
 - ``RELAY_OCCURRENCE_ID``: a schedule occurrence's id
   (``schedule:<function>:<handler>:<instant>``); absent for events.
+- ``TRACEPARENT`` (W3C Trace Context, the name OpenTelemetry SDKs read): the
+  invocation span's context when Relay traces, so the handler's own spans join
+  the trace; else the producer's ``traceparent`` unchanged; absent when neither.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ ENV_MESSAGE_ID: Final = "RELAY_MESSAGE_ID"
 ENV_ATTEMPT: Final = "RELAY_ATTEMPT"
 ENV_DEADLINE: Final = "RELAY_DEADLINE"
 ENV_OCCURRENCE_ID: Final = "RELAY_OCCURRENCE_ID"
+ENV_TRACEPARENT: Final = "TRACEPARENT"
 # Relay's own names: a template may not set them (they would be overwritten)
 CONTEXT_ENV_NAMES: Final = frozenset(
     {ENV_HANDLER, ENV_MESSAGE_ID, ENV_ATTEMPT, ENV_DEADLINE, ENV_OCCURRENCE_ID}
@@ -47,6 +51,7 @@ class HandlerContext(msgspec.Struct, frozen=True, kw_only=True):
     message_id: str
     attempt: int = 1
     occurrence_id: str = ""
+    traceparent: str = ""  # a valid W3C traceparent or ""
 
 
 @functools.lru_cache(maxsize=4)
@@ -74,4 +79,6 @@ def invocation_env(
     env[ENV_ATTEMPT] = str(context.attempt)
     if context.occurrence_id:
         env[ENV_OCCURRENCE_ID] = context.occurrence_id
+    if context.traceparent:
+        env[ENV_TRACEPARENT] = context.traceparent
     return env

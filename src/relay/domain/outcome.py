@@ -219,6 +219,7 @@ class StreamMessage(msgspec.Struct, frozen=True, kw_only=True):
     deliveries: int = 1
     reclaimed: bool = False
     delivery: str = ""
+    traceparent: str = ""  # the entry's valid W3C ``traceparent`` field, or ""
 
 
 class Reclaimed(msgspec.Struct, frozen=True, kw_only=True):
@@ -238,6 +239,7 @@ class MessageContext(msgspec.Struct, frozen=True, kw_only=True):
     message_id: str
     timestamp: str  # RFC 3339, stamped on any DLQ entry written by the call
     delivery: str = ""  # the broker's handle of this delivery (StreamMessage.delivery)
+    traceparent: str = ""  # the producer's (StreamMessage.traceparent)
 
 
 class ClaimRequest(msgspec.Struct, frozen=True, kw_only=True):

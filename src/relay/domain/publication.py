@@ -7,7 +7,8 @@ ids once they are durable. The optional fields are delivery options the brokers
 honour the same way: ``priority`` (the embedded broker's class; Redis has none),
 ``deliver_at_ms`` (not before this wall-clock time) and ``idempotency_key``
 (a second publication of the key within the window adds nothing and answers
-with the first one's id).
+with the first one's id). ``traceparent``, a W3C trace context already checked
+(``relay.domain.traceparent``), is kept beside the event, never inside it.
 """
 
 from __future__ import annotations
@@ -21,3 +22,4 @@ class Publication:
     priority: str | None = None
     deliver_at_ms: int | None = None
     idempotency_key: str | None = None
+    traceparent: str | None = None

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 
 from relay.domain.publication import Publication
+from relay.domain.traceparent import TRACEPARENT_FIELD
 
 
 class RedisEventPublisher:
@@ -23,6 +24,9 @@ class RedisEventPublisher:
             return []
         async with self._client.pipeline(transaction=False) as pipe:
             for publication in publications:
-                pipe.xadd(self._stream, {"event": publication.payload})
+                fields: dict[str, bytes | str] = {"event": publication.payload}
+                if publication.traceparent:  # beside the event, never inside it
+                    fields[TRACEPARENT_FIELD] = publication.traceparent
+                pipe.xadd(self._stream, fields)  # type: ignore[arg-type]
             ids = await pipe.execute()
         return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]

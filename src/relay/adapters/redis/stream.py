@@ -15,17 +15,21 @@ from typing import Any, Final
 
 import anyio
 import hiredis
+import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from relay.adapters.entry_trace import entry_traceparent
 from relay.adapters.redis.keys import invocation_key, translated
 from relay.adapters.redis.takeover import OpenConnection, bulk, dedicated_connection
 from relay.adapters.takeover import TakenOver
 from relay.domain.errors import DependencyUnavailable
 from relay.domain.invocation import LEDGER_RETENTION_S
 from relay.domain.outcome import Reclaimed, StreamMessage
+from relay.domain.traceparent import TRACEPARENT_FIELD
 
 EVENT_FIELD: Final = b"event"
+TRACE_FIELD: Final = TRACEPARENT_FIELD.encode()
 READ_PATIENCE_S: Final = 10.0  # beyond a read's BLOCK time, the server counts as gone
 
 
@@ -43,15 +47,23 @@ def _message(entry: Sequence[Any], *, reclaimed: bool) -> StreamMessage | None:
     entry_id, fields = entry[0], entry[1]
     if fields is None:  # Redis < 7 reports a deleted body as a nil field list
         return None
-    payload = fields.get(EVENT_FIELD) if isinstance(fields, dict) else _find(fields)
+    if isinstance(fields, dict):
+        payload, traced = fields.get(EVENT_FIELD), fields.get(TRACE_FIELD)
+    else:
+        payload, traced = _find(fields, EVENT_FIELD), _find(fields, TRACE_FIELD)
+    message_id = _text(entry_id)
     return StreamMessage(
-        id=_text(entry_id), payload=payload, deliveries=2 if reclaimed else 1, reclaimed=reclaimed
+        id=message_id,
+        payload=payload,
+        deliveries=2 if reclaimed else 1,
+        reclaimed=reclaimed,
+        traceparent=entry_traceparent(traced, message_id) if traced else "",
     )
 
 
-def _find(flat: Sequence[Any]) -> bytes | None:
+def _find(flat: Sequence[Any], name: bytes) -> bytes | None:
     for i in range(0, len(flat) - 1, 2):
-        if flat[i] == EVENT_FIELD:
+        if flat[i] == name:
             value = flat[i + 1]
             return value if isinstance(value, bytes) else str(value).encode()
     return None
@@ -183,12 +195,7 @@ class RedisEventStream:
             self._stream, self._group, min=first, max=last, count=len(messages) * 2 + 10
         )
         counts = {_text(r["message_id"]): int(r["times_delivered"]) for r in rows}
-        return [
-            StreamMessage(
-                id=m.id, payload=m.payload, deliveries=counts.get(m.id, 2), reclaimed=True
-            )
-            for m in messages
-        ]
+        return [msgspec.structs.replace(m, deliveries=counts.get(m.id, 2)) for m in messages]
 
     async def drop(self, ids: Sequence[str]) -> None:
         """XACK ids whose body is gone and give their ledger hashes the TTL an

@@ -50,10 +50,18 @@ def publish(
         typer.Option("--priority", help="critical, high, normal or low (embedded broker)."),
     ] = None,
     count: Annotated[int, typer.Option("--count", help="Publish the event N times.")] = 1,
+    traceparent: Annotated[
+        str | None,
+        typer.Option(
+            "--traceparent",
+            help="W3C trace context to send beside every event (the handler's parent span).",
+        ),
+    ] = None,
 ) -> None:
     """Publish ``--event`` (``--count`` times) or the JSON lines on stdin."""
     if count < 1:
         usage(f"--count {count} is invalid: expected a positive whole number")
+    trace = _traceparent(traceparent)
     run = StdinRun(report=lambda line: typer.echo(f"relay: {line}", err=True))
     try:
         if priority is not None:
@@ -64,7 +72,7 @@ def publish(
             typer.echo("relay: note: the Redis broker has no priority; --priority is ignored",
                        err=True)
         batches = _batches(event, count, run, limit)
-        anyio.run(_publish, settings, batches, priority)
+        anyio.run(_publish, settings, batches, priority, trace)
     except InvalidPriority as exc:
         usage(f"--priority: {exc}")
     except RelayError as exc:
@@ -84,6 +92,22 @@ def _batches(event: str | None, count: int, run: StdinRun, limit: int) -> Iterat
     return run.batches(sys.stdin.buffer, limit)
 
 
+def _traceparent(raw: str | None) -> str:
+    """The flag's value, checked: a producer's own command refuses a bad one (a
+    worker reading one ignores it)."""
+    if raw is None:
+        return ""
+    from relay.domain.traceparent import valid_traceparent
+
+    valid = valid_traceparent(raw)
+    if not valid:
+        usage(
+            "--traceparent is invalid: expected the W3C form"
+            " 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>"
+        )
+    return valid
+
+
 def _max_event_bytes() -> int:
     raw = os.environ.get("MAX_EVENT_BYTES", "").strip()
     if not raw:
@@ -100,6 +124,7 @@ async def _publish(
     settings: tuple[BrokerSettings, RedisSettings],
     batches: Iterator[list[bytes]],
     priority: str | None,
+    traceparent: str,
 ) -> None:
     stream = settings[1].stream
     done = 0
@@ -107,7 +132,10 @@ async def _publish(
     async with open_publisher(settings, stream, create=True) as (publisher, redis):
         try:
             for batch in batches:
-                done += _print(await publisher.append([Publication(p, priority) for p in batch]))
+                publications = [
+                    Publication(p, priority, traceparent=traceparent or None) for p in batch
+                ]
+                done += _print(await publisher.append(publications))
             if redis is not None and done:
                 note = await _unread_note(redis, stream)
         except Exception as exc:

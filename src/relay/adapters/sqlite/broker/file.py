@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     consumer TEXT,
     leased_ms INTEGER,
     deliveries INTEGER NOT NULL DEFAULT 0,
-    expires_ms INTEGER
+    expires_ms INTEGER,
+    traceparent TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (stream, priority, created_ms, seq)
     WHERE state = 'ready';
@@ -101,10 +102,20 @@ def open_checked(path: Path) -> sqlite3.Connection:
         conn.close()
         conn = connect(path)
         conn.executescript(SCHEMA)
+        _migrate(conn)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise _corrupt(path, str(exc)) from exc
     return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a file an older Relay created up to :data:`SCHEMA` (its tables exist
+    already, so ``CREATE TABLE IF NOT EXISTS`` added nothing): columns added since
+    are added here, each with no default, so old rows read as before."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+    if "traceparent" not in columns:  # issue 34: the producer's W3C trace context
+        conn.execute("ALTER TABLE jobs ADD COLUMN traceparent TEXT")
 
 
 def _quick_check(conn: sqlite3.Connection, path: Path) -> None:

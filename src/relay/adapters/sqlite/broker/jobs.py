@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import Collection, Sequence
 from typing import Final
 
+from relay.adapters.entry_trace import entry_traceparent
 from relay.domain.outcome import StreamMessage
 from relay.domain.priority import PRIORITIES, Candidate, choose
 
@@ -39,12 +40,18 @@ def new_token() -> str:
     return secrets.token_hex(8)
 
 
-def publish(
-    conn: sqlite3.Connection, now_ms: int, stream: str, payload: bytes | None, priority: int
+def publish(  # noqa: PLR0917 - every step has the (conn, now_ms) head
+    conn: sqlite3.Connection,
+    now_ms: int,
+    stream: str,
+    payload: bytes | None,
+    priority: int,
+    traceparent: str | None = None,
 ) -> str:
     cur = conn.execute(
-        "INSERT INTO jobs (stream, created_ms, priority, payload) VALUES (?, ?, ?, ?)",
-        (stream, now_ms, priority, payload),
+        "INSERT INTO jobs (stream, created_ms, priority, payload, traceparent)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (stream, now_ms, priority, payload, traceparent or None),
     )
     assert cur.lastrowid is not None
     return message_id(now_ms, cur.lastrowid)
@@ -92,6 +99,11 @@ def _winners(per_class: list[list[Candidate]], now_ms: int, count: int) -> list[
     return chosen
 
 
+def _traced(raw: str | None, job: Candidate) -> str:
+    """The job's stored traceparent (checked again: the file may be written by hand)."""
+    return entry_traceparent(raw, message_id(job.created_ms, job.seq)) if raw else ""
+
+
 def claim(
     conn: sqlite3.Connection, now_ms: int, stream: str, consumer: str, count: int
 ) -> list[tuple[StreamMessage, str]]:
@@ -107,18 +119,18 @@ def claim(
         "UPDATE jobs SET state = 'leased', token = ? || '.' || seq, consumer = ?,"  # noqa: S608 - placeholders
         " leased_ms = ?, deliveries = deliveries + 1"
         f" WHERE seq IN ({marks}) AND state = 'ready'"
-        " RETURNING seq, payload, deliveries, token",
+        " RETURNING seq, payload, deliveries, token, traceparent",
         (new_token(), consumer, now_ms, *(w.seq for w in winners)),
     ).fetchall()
-    by_seq = {seq: (payload, deliveries, token) for seq, payload, deliveries, token in rows}
+    by_seq = {row[0]: row[1:] for row in rows}
     leased: list[tuple[StreamMessage, str]] = []
     for w in winners:  # in the order chosen
-        payload, deliveries, token = by_seq[w.seq]
+        payload, deliveries, token, traced = by_seq[w.seq]
         # Delivered before (put back by a restart's release or a give-back after a
         # takeover): a redelivery, exactly as a reclaimed one is (issue 35 item 3).
         message = StreamMessage(
             id=message_id(w.created_ms, w.seq), payload=payload, deliveries=deliveries,
-            reclaimed=deliveries > 1, delivery=token,
+            reclaimed=deliveries > 1, delivery=token, traceparent=_traced(traced, w),
         )
         leased.append((message, token))
     return leased
@@ -147,19 +159,20 @@ def peek(  # noqa: PLR0917 - every step has the (conn, now_ms) head
         return []
     marks = ",".join("?" * len(chosen))
     found = {
-        seq: (payload, deliveries)
-        for seq, payload, deliveries in conn.execute(
-            f"SELECT seq, payload, deliveries FROM jobs WHERE seq IN ({marks})",  # noqa: S608 - placeholders
+        row[0]: row[1:]
+        for row in conn.execute(
+            f"SELECT seq, payload, deliveries, traceparent FROM jobs WHERE seq IN ({marks})",  # noqa: S608 - placeholders
             tuple(c.seq for c in chosen),
         )
     }
     prefix = new_token()
     messages: list[StreamMessage] = []
     for c in chosen:
-        payload, seen = found[c.seq]
+        payload, seen, traced = found[c.seq]
         messages.append(StreamMessage(
             id=message_id(c.created_ms, c.seq), payload=payload, deliveries=seen + 1,
             reclaimed=seen > 0, delivery=f"{prefix}.{c.seq}.{seen}",
+            traceparent=_traced(traced, c),
         ))
     return messages
 
@@ -180,14 +193,17 @@ def reclaim(  # noqa: PLR0917 - every step has the (conn, now_ms) head
         " WHERE seq IN (SELECT seq FROM jobs INDEXED BY jobs_leased"
         " WHERE stream = ? AND state = 'leased' AND leased_ms <= ?"
         " ORDER BY leased_ms, seq LIMIT ?)"
-        " RETURNING seq, created_ms, payload, deliveries, token",
+        " RETURNING seq, created_ms, payload, deliveries, token, traceparent",
         (new_token(), consumer, now_ms, stream, now_ms - min_idle_ms, count),
     ).fetchall()
-    return [
-        (StreamMessage(id=message_id(created_ms, seq), payload=payload, deliveries=deliveries,
-                       reclaimed=True, delivery=token), token)
-        for seq, created_ms, payload, deliveries, token in sorted(rows)
-    ]
+    taken: list[tuple[StreamMessage, str]] = []
+    for seq, created_ms, payload, deliveries, token, traced in sorted(rows):
+        mid = message_id(created_ms, seq)
+        traceparent = entry_traceparent(traced, mid) if traced else ""
+        message = StreamMessage(id=mid, payload=payload, deliveries=deliveries, reclaimed=True,
+                                delivery=token, traceparent=traceparent)
+        taken.append((message, token))
+    return taken
 
 
 def release_consumer(conn: sqlite3.Connection, now_ms: int, stream: str, consumer: str) -> int:

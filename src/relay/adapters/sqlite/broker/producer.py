@@ -19,17 +19,23 @@ class SqliteEventPublisher:
         self._store = store
         self._stream = stream
 
-    async def publish(self, events: Sequence[tuple[bytes, str | None]]) -> list[str]:
-        """``append`` of ``(event, priority)`` pairs (tests' and benches' shorthand)."""
-        return await self.append([Publication(payload, priority) for payload, priority in events])
+    async def publish(
+        self, events: Sequence[tuple[bytes, str | None]], traceparent: str = ""
+    ) -> list[str]:
+        """``append`` of ``(event, priority)`` pairs, each with ``traceparent`` (a
+        valid W3C one, or "" for none): tests' and benches' shorthand."""
+        return await self.append(
+            [Publication(payload, priority, traceparent=traceparent or None)
+             for payload, priority in events]
+        )
 
     async def append(self, publications: Sequence[Publication]) -> list[str]:
         """Append in order; their message ids. Raises
         :class:`relay.domain.priority.InvalidPriority` before writing anything."""
-        rows = [(p.payload, priority_class(p.priority)) for p in publications]
+        rows = [(p.payload, priority_class(p.priority), p.traceparent) for p in publications]
         stream = self._stream
 
         def step(conn: sqlite3.Connection, now_ms: int) -> list[str]:
-            return [jobs.publish(conn, now_ms, stream, p, c) for p, c in rows]
+            return [jobs.publish(conn, now_ms, stream, p, c, t) for p, c, t in rows]
 
         return await self._store.write(step, wakes=True)
