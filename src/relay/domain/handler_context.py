@@ -19,6 +19,10 @@ The payload on stdin stays exactly the event (or an occurrence's payload).
   the handler.
 - ``RELAY_OCCURRENCE_ID``: a schedule occurrence's id
   (``schedule:<function>:<handler>:<instant>``); absent for events.
+- ``RELAY_INGEST_URL`` and ``RELAY_INGEST_TOKEN``: where and how the handler
+  posts follow-up events (HTTP ingest, ``docs/producing.md``), when the worker
+  has ``INGEST_HANDLER_URL``; the worker's, the same for every invocation
+  (:func:`ingest_env`; the runtime adds them to each request).
 """
 
 from __future__ import annotations
@@ -35,9 +39,12 @@ ENV_MESSAGE_ID: Final = "RELAY_MESSAGE_ID"
 ENV_ATTEMPT: Final = "RELAY_ATTEMPT"
 ENV_DEADLINE: Final = "RELAY_DEADLINE"
 ENV_OCCURRENCE_ID: Final = "RELAY_OCCURRENCE_ID"
+ENV_INGEST_URL: Final = "RELAY_INGEST_URL"
+ENV_INGEST_TOKEN: Final = "RELAY_INGEST_TOKEN"  # noqa: S105 - a variable's name
 # Relay's own names: a template may not set them (they would be overwritten)
 CONTEXT_ENV_NAMES: Final = frozenset(
-    {ENV_HANDLER, ENV_MESSAGE_ID, ENV_ATTEMPT, ENV_DEADLINE, ENV_OCCURRENCE_ID}
+    {ENV_HANDLER, ENV_MESSAGE_ID, ENV_ATTEMPT, ENV_DEADLINE, ENV_OCCURRENCE_ID,
+     ENV_INGEST_URL, ENV_INGEST_TOKEN}
 )
 
 
@@ -74,4 +81,15 @@ def invocation_env(
     env[ENV_ATTEMPT] = str(context.attempt)
     if context.occurrence_id:
         env[ENV_OCCURRENCE_ID] = context.occurrence_id
+    return env
+
+
+def ingest_env(url: str | None, token: str | None) -> dict[str, str]:
+    """The handler's ingest variables: none without a URL; no token when the
+    endpoint needs none (a loopback one) or its secret is unreadable now."""
+    if url is None:
+        return {}
+    env = {ENV_INGEST_URL: url}
+    if token is not None:
+        env[ENV_INGEST_TOKEN] = token
     return env
