@@ -96,7 +96,7 @@ def post(url: str, body: object, token: str) -> tuple[int, dict[str, object]]:
 def test_a_handler_publishes_a_follow_up_event_that_reaches_another_function(
     embedded_worker: EmbeddedWorkers, functions_dir: Path, tmp_path: Path
 ) -> None:
-    """Row 380: the worker listens on the bridge's gateway address (not loopback:
+    """Row 385: the worker listens on the bridge's gateway address (not loopback:
     a token secret is required); the first handler posts with the token the
     worker gave it, and the second function runs the event it appended."""
     host = bridge_gateway()

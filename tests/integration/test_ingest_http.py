@@ -24,6 +24,7 @@ from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.system import SystemClock
 from relay.application.bus import MessageBus
+from relay.domain.errors import RelayError
 from relay.domain.publication import Publication
 
 pytestmark = pytest.mark.anyio
@@ -250,3 +251,22 @@ async def test_a_flood_of_stalled_connections_stays_bounded_and_a_post_then_gets
     assert guard.timed_out == 12
     assert await ingest.payloads() == []
     assert (await ingest.post({"event": {"after": True}}))[0] == 202
+
+
+@pytest.mark.parametrize("stored", [None, "", " \n"])
+async def test_a_missing_or_blank_token_secret_refuses_the_start_in_one_line(
+    tmp_path: Path, stored: str | None
+) -> None:
+    """Row 384: a blank token would let in whoever sends an empty one."""
+    secrets = FileSecretStore(tmp_path / "secrets")
+    if stored is not None:
+        secrets.set(SECRET, stored)
+    server = IngestServer("127.0.0.1", 0, publisher=GatedPublisher(None),  # type: ignore[arg-type]
+                          tokens=IngestTokens(secrets, SECRET), notify=lambda _e: None,
+                          max_event_bytes=MAX_EVENT)
+    with pytest.raises(RelayError) as refused:
+        await server.bind()
+    line = str(refused.value)
+    assert line.startswith(f"INGEST_TOKEN_SECRET: secret \"{SECRET}\" ")
+    assert "\n" not in line
+    assert server.bound_port is None

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from relay.domain.handler_context import CONTEXT_ENV_NAMES, ingest_env
 from relay.domain.ingest import (
     MAX_IDEMPOTENCY_KEY,
     MAX_ITEMS,
@@ -82,3 +83,12 @@ def test_an_event_over_max_event_bytes_is_413_measured_as_appended() -> None:
     assert str(refused.value) == (
         f"item 1: event is {LIMIT + 1} bytes, over MAX_EVENT_BYTES ({LIMIT})"
     )
+
+
+def test_handlers_get_the_ingest_variables_only_with_a_url_and_the_token_only_with_one() -> None:
+    url = "http://relay:8088/v1/events"
+    assert ingest_env(None, "t") == {}
+    assert ingest_env(url, None) == {"RELAY_INGEST_URL": url}
+    assert ingest_env(url, "t") == {"RELAY_INGEST_URL": url, "RELAY_INGEST_TOKEN": "t"}
+    # a template may not set them (they are Relay's)
+    assert {"RELAY_INGEST_URL", "RELAY_INGEST_TOKEN"} <= CONTEXT_ENV_NAMES

@@ -26,6 +26,7 @@ import structlog
 
 from relay.application.ports import SecretStore
 from relay.domain.errors import RelayError
+from relay.domain.execution import SecretNotFound
 from relay.domain.ingest import HANDLER_TOKEN_CONTEXT
 
 _log = structlog.get_logger("relay.ingest")
@@ -63,6 +64,10 @@ class IngestTokens:
         try:
             # `echo value | relay secret set` stores a trailing newline no client sends
             value = self._secrets.get(name).rstrip("\r\n")
+        except SecretNotFound as exc:
+            raise RelayError(
+                f"INGEST_TOKEN_SECRET: {exc}; set it with `relay secret set {name}`"
+            ) from None
         except (RelayError, OSError) as exc:
             raise RelayError(f"INGEST_TOKEN_SECRET: {exc}") from None
         if not value.strip():
