@@ -114,6 +114,9 @@ class IngestServer:
         _log.info("ingest_listening", addr=self.addr, path=PATH,
                   authenticated=self.tokens.required,
                   detail=f"HTTP ingest listening on {self.addr}")
+        if not self.tokens.required:  # allowed on loopback only (configuration checks it)
+            _log.warning("ingest_unauthenticated", addr=self.addr,
+                         detail="no INGEST_TOKEN_SECRET: anything on this host can publish")
 
     async def aclose(self) -> None:
         runner, self._runner = self._runner, None
