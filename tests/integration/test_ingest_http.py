@@ -166,6 +166,7 @@ async def test_the_handlers_derived_token_is_accepted_and_a_rotation_takes_effec
 @pytest.mark.parametrize(("raw", "error"), [
     (b"{not json", "body is not JSON (one item or an array of items)"),
     (b'{"event": {"x": NaN}}', "body is not JSON (one item or an array of items)"),
+    (b'{"event": {"x": 1e400}}', "event holds a number out of range (no JSON for it)"),
     (b"[" * 3000 + b"]" * 3000, "body is not JSON (one item or an array of items)"),
     (b'[{"event": {}}, {"event": 3}]', "item 1: event must be a JSON object, not a number"),
     (b'{"event": {}, "priority": "urgent"}',

@@ -59,6 +59,7 @@ def test_deliver_at_takes_an_offset_and_refuses_a_time_without_a_zone() -> None:
     ({"event": {}, "idempotency_key": "k" * (MAX_IDEMPOTENCY_KEY + 1)},
      f"idempotency_key is {MAX_IDEMPOTENCY_KEY + 1} characters; at most {MAX_IDEMPOTENCY_KEY}"),
     ({"event": {}, "idempotency_key": "a\nb"}, "idempotency_key holds a control character"),
+    ({"event": {"big": float("inf")}}, "event holds a number out of range (no JSON for it)"),
     ([{"event": {}}] * (MAX_ITEMS + 1), f"{MAX_ITEMS + 1} items in one request; at most"),
 ])
 def test_bad_items_are_one_line_each(body: Any, line: str) -> None:

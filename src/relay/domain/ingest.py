@@ -91,7 +91,12 @@ def event_payload(event: Any, max_event_bytes: int) -> bytes:
     """The event's bytes as appended: a JSON object, compact, within the limit."""
     if not isinstance(event, dict):
         raise IngestRefused(f"event must be a JSON object, not {_kind(event)}")
-    payload = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        payload = json.dumps(
+            event, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode()
+    except ValueError:  # 1e400 decodes to infinity, which no JSON parser takes back
+        raise IngestRefused("event holds a number out of range (no JSON for it)") from None
     if len(payload) > max_event_bytes:
         raise EventTooLarge(
             f"event is {len(payload)} bytes, over MAX_EVENT_BYTES ({max_event_bytes})"
