@@ -36,8 +36,11 @@ from relay.adapters.fs.functions_dir import nothing_to_serve
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
 from relay.adapters.git.webhook import git_webhook
+from relay.adapters.ingest.server import IngestServer
+from relay.adapters.ingest.tokens import IngestTokens
 from relay.adapters.linewriter import DroppedLines, writer_for
 from relay.adapters.metrics.breakers import subscribe_breakers
+from relay.adapters.metrics.ingest import subscribe_ingest
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.server import MetricsServer, sample_backlog
 from relay.adapters.metrics.subscribers import InstrumentedImageBuilder, subscribe
@@ -77,6 +80,7 @@ from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
 from relay.domain import events as ev
 from relay.domain.execution import PoolSnapshot
+from relay.domain.handler_context import ingest_env
 from relay.domain.services import RoutingSettings
 
 log = structlog.get_logger("relay.bootstrap")
@@ -277,6 +281,8 @@ async def build_worker(
         metrics = Metrics()
         metrics.registry.register(DroppedLines())
         bus = MessageBus({})
+        secret_store = FileSecretStore(paths.secrets_dir)
+        tokens = IngestTokens(secret_store, settings.ingest.token_secret)
         runtime = DockerContainerRuntime(
             docker,
             hostname=settings.hostname,
@@ -288,11 +294,11 @@ async def build_worker(
             direct_dir=_direct_dir(
                 docker, paths.direct_dir, shared=paths.shared_direct_dir is not None
             ),
+            handler_env=_handler_env(settings, tokens),
         )
         builder = InstrumentedImageBuilder(DockerImageBuilder(docker), metrics)
         slots = Slots(settings.max_concurrency)
         stats = StatsRecorder(metrics, SqliteStatsStore(_stats_db(stack, settings)), clock)
-        secret_store = FileSecretStore(paths.secrets_dir)
         # Under `relay start --processes N` only the first process converges the
         # host's service containers (they are one set per host, not per process).
         services = None
@@ -332,6 +338,7 @@ async def build_worker(
         state_view.subscribe(bus)
         # bound before the runtime's task group: a taken port fails start-up in one line
         webhook_loops = await _git_webhook(stack, settings, functions_dir, bus)
+        webhook_loops += await _ingest(stack, settings, broker, tokens, bus=bus, metrics=metrics)
         await stack.enter_async_context(runtime)  # containers are discarded on exit
 
         worker = Worker(composition)
@@ -480,6 +487,46 @@ async def _git_webhook(
     await server.bind()
     stack.push_async_callback(server.aclose)
     return [("git-sync", scheduler.run), ("git-webhook", server.run)]
+
+
+def _handler_env(
+    settings: Any, tokens: IngestTokens
+) -> Callable[[], dict[str, str]] | None:
+    """``RELAY_INGEST_URL`` (and its token) for every handler, when configured."""
+    url = settings.ingest.handler_url
+    if url is None:
+        return None
+    return lambda: ingest_env(url, tokens.handler_env_token())
+
+
+async def _ingest(
+    stack: AsyncExitStack,
+    settings: Any,
+    broker: Broker,
+    tokens: IngestTokens,
+    *,
+    bus: MessageBus,
+    metrics: Metrics,
+) -> list[tuple[str, Loop]]:
+    """HTTP ingest, opt-in: ``INGEST_ADDR``; bound now, so a taken port or an
+    unreadable token secret fails start-up in one line."""
+    ingest = settings.ingest
+    if ingest.addr is None:
+        return []
+    subscribe_ingest(bus, metrics.registry)
+    server = IngestServer(
+        ingest.addr.host,
+        ingest.addr.port,
+        publisher=broker.events,
+        tokens=tokens,
+        notify=bus.notify,
+        max_event_bytes=settings.max_event_bytes,
+        max_body_bytes=ingest.max_body_bytes,
+        max_requests=ingest.max_requests,
+    )
+    await server.bind()
+    stack.push_async_callback(server.aclose)
+    return [("ingest", server.run)]
 
 
 def _pool_snapshots(runtime: DockerContainerRuntime) -> dict[str, PoolSnapshot]:

@@ -25,11 +25,13 @@ from relay.adapters.redis.connection import connect_redis
 from relay.adapters.redis.consumers import tidy_consumers
 from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
 from relay.adapters.redis.ledger import RedisInvocationLedger
+from relay.adapters.redis.producer import RedisEventPublisher
 from relay.adapters.redis.retention import RetentionTrimmer
 from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurrencePublisher
 from relay.adapters.redis.stream import RedisEventStream
 from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
 from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
+from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 from relay.adapters.sqlite.broker.schedules import (
     SqliteOccurrenceHistory,
     SqliteOccurrencePublisher,
@@ -39,6 +41,7 @@ from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.application.dlq_retention import DeadLetterRetention, DeadLetterTrim
 from relay.application.ports import (
     Clock,
+    EventPublisher,
     EventStream,
     InvocationLedger,
     OccurrenceHistory,
@@ -59,6 +62,7 @@ class Broker:
     # Schedules' publish-if-new and the overlap check (``overlap: skip``).
     publisher: OccurrencePublisher
     history: OccurrenceHistory
+    events: EventPublisher  # appends new events (HTTP ingest)
     loops: list[tuple[str, Callable[..., Coroutine[Any, Any, None]]]] = field(default_factory=list)
 
 
@@ -102,6 +106,7 @@ async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         backlog=redis_backlog_reader(redis, settings.redis.stream, settings.redis.group),
         publisher=RedisOccurrencePublisher(redis, settings.redis.stream),
         history=RedisOccurrenceHistory(redis, settings.redis.stream, settings.redis.group),
+        events=RedisEventPublisher(redis, settings.redis.stream),
     )
     if settings.stream_retention_ns is not None:
         trimmer = RetentionTrimmer(
@@ -134,6 +139,7 @@ async def _sqlite(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         backlog=sqlite_backlog_reader(store, settings.redis.stream),
         publisher=SqliteOccurrencePublisher(store, settings.redis.stream),
         history=SqliteOccurrenceHistory(store, settings.redis.stream),
+        events=SqliteEventPublisher(store, settings.redis.stream),
     )
     return _dlq_retention(broker, dead_letters, settings, clock)
 

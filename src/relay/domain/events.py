@@ -371,6 +371,16 @@ class GitWebhookDelivered(DomainEvent, frozen=True, kw_only=True):
     outcome: str
 
 
+# --- HTTP ingest (metrics) ------------------------------------------------------------
+class IngestAnswered(DomainEvent, frozen=True, kw_only=True):
+    """A ``POST /v1/events`` was answered with ``status`` (one of
+    ``relay.domain.ingest.STATUSES``); ``events`` appended by it (0 unless 202).
+    Feeds ``ingest_requests_total{status}`` and ``ingest_events_total``."""
+
+    status: int
+    events: int = 0
+
+
 # --- schedules: publication (scheduler loop) and delivery of occurrences ------------
 class OccurrencePublished(DomainEvent, frozen=True, kw_only=True):
     """This worker's publish-if-new wrote the occurrence's stream entry

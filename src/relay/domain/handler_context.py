@@ -22,6 +22,10 @@ The payload on stdin stays exactly the event (or an occurrence's payload).
 - ``TRACEPARENT`` (W3C Trace Context, the name OpenTelemetry SDKs read): the
   invocation span's context when Relay traces, so the handler's own spans join
   the trace; else the producer's ``traceparent`` unchanged; absent when neither.
+- ``RELAY_INGEST_URL`` and ``RELAY_INGEST_TOKEN``: where and how the handler
+  posts follow-up events (HTTP ingest, ``docs/producing.md``), when the worker
+  has ``INGEST_HANDLER_URL``; the worker's, the same for every invocation
+  (:func:`ingest_env`; the runtime adds them to each request).
 """
 
 from __future__ import annotations
@@ -39,9 +43,12 @@ ENV_ATTEMPT: Final = "RELAY_ATTEMPT"
 ENV_DEADLINE: Final = "RELAY_DEADLINE"
 ENV_OCCURRENCE_ID: Final = "RELAY_OCCURRENCE_ID"
 ENV_TRACEPARENT: Final = "TRACEPARENT"
+ENV_INGEST_URL: Final = "RELAY_INGEST_URL"
+ENV_INGEST_TOKEN: Final = "RELAY_INGEST_TOKEN"  # noqa: S105 - a variable's name
 # Relay's own names: a template may not set them (they would be overwritten)
 CONTEXT_ENV_NAMES: Final = frozenset(
-    {ENV_HANDLER, ENV_MESSAGE_ID, ENV_ATTEMPT, ENV_DEADLINE, ENV_OCCURRENCE_ID}
+    {ENV_HANDLER, ENV_MESSAGE_ID, ENV_ATTEMPT, ENV_DEADLINE, ENV_OCCURRENCE_ID,
+     ENV_INGEST_URL, ENV_INGEST_TOKEN}
 )
 
 
@@ -81,4 +88,15 @@ def invocation_env(
         env[ENV_OCCURRENCE_ID] = context.occurrence_id
     if context.traceparent:
         env[ENV_TRACEPARENT] = context.traceparent
+    return env
+
+
+def ingest_env(url: str | None, token: str | None) -> dict[str, str]:
+    """The handler's ingest variables: none without a URL; no token when the
+    endpoint needs none (a loopback one) or its secret is unreadable now."""
+    if url is None:
+        return {}
+    env = {ENV_INGEST_URL: url}
+    if token is not None:
+        env[ENV_INGEST_TOKEN] = token
     return env

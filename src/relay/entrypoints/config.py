@@ -18,8 +18,10 @@ from urllib.parse import urlsplit
 
 from relay.domain.durations import MINUTE, SECOND, DurationError, parse_setting_duration
 from relay.domain.errors import ConfigError
+from relay.domain.ingest import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_REQUESTS, HARD_MAX_BODY_BYTES
+from relay.domain.ingest import PATH as INGEST_PATH
 from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
-from relay.domain.names import hostname_problem
+from relay.domain.names import hostname_problem, secret_name_error
 
 T = TypeVar("T")
 
@@ -124,6 +126,18 @@ class TraefikSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class IngestSettings:
+    """HTTP ingest (``INGEST_*``); ``addr is None``: off."""
+
+    addr: ListenAddress | None = None
+    token_secret: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_requests: int = DEFAULT_MAX_REQUESTS
+    handler_url: str | None = None
+    """``RELAY_INGEST_URL`` of the handlers: ``INGEST_HANDLER_URL`` plus the path."""
+
+
+@dataclass(frozen=True, slots=True)
 class RecoverySettings:
     """The recovery loop's cadence. Fixed by the spec (every 1m, for messages idle
     1m); ``RELAY_TEST_RECOVERY_INTERVAL``/``RELAY_TEST_RECOVERY_MIN_IDLE`` exist only
@@ -154,6 +168,7 @@ class Settings:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     shutdown_grace_ns: int = DEFAULT_SHUTDOWN_GRACE_NS
     traefik: TraefikSettings = field(default_factory=TraefikSettings)
+    ingest: IngestSettings = field(default_factory=IngestSettings)
     hostname: str = ""
     paths: Paths = field(default_factory=Paths)
     recovery: RecoverySettings = field(default_factory=RecoverySettings)
@@ -261,6 +276,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             host_override=c.parse("TRAEFIK_HOST_OVERRIDE", parse_hostname, None,
                                   "a hostname such as localhost or example.com"),
         ),
+        ingest=_ingest(c),
         hostname=c.raw("RELAY_HOSTNAME") or socket.gethostname(),
         paths=load_paths(env),
         process=c.parse("RELAY_PROCESS_INDEX", int, 0, "a whole number (set by --processes)"),
@@ -371,6 +387,79 @@ def _redis(c: _Collector, *, need_stream: bool, need_group: bool) -> RedisSettin
     return RedisSettings(url=url, stream=stream, group=group)
 
 
+def _ingest(c: _Collector) -> IngestSettings:
+    """``INGEST_*``: an endpoint on anything but loopback needs a token secret."""
+    addr = c.parse("INGEST_ADDR", parse_listen_address, None, _ADDR_ACCEPTS)
+    # a token pasted where its name belongs must not be printed back
+    secret = c.parse("INGEST_TOKEN_SECRET", parse_secret_name, None, _SECRET_ACCEPTS,
+                     shown=lambda v: f"<{len(v)} characters, not shown>")
+    try:
+        event_bytes = parse_event_bytes(c.raw("MAX_EVENT_BYTES") or str(DEFAULT_MAX_EVENT_BYTES))
+    except ValueError:
+        event_bytes = 0  # MAX_EVENT_BYTES has its own problem line
+    body = c.parse("INGEST_MAX_BODY_BYTES", parse_body_bytes, DEFAULT_MAX_BODY_BYTES,
+                   "a size from 1KiB to 64MiB, in bytes or with a KiB/MiB suffix")
+    handler = c.parse("INGEST_HANDLER_URL", parse_http_url, None,
+                      "a base URL such as http://relay:8088 (no path, query or credentials)",
+                      shown=redact_uri)
+    settings = IngestSettings(
+        addr=addr,
+        token_secret=secret,
+        max_body_bytes=body,
+        max_requests=c.parse("INGEST_MAX_REQUESTS", positive_int, DEFAULT_MAX_REQUESTS,
+                             "a positive integer"),
+        handler_url=handler + INGEST_PATH if handler else None,
+    )
+    if addr is None:
+        for name in ("INGEST_TOKEN_SECRET", "INGEST_HANDLER_URL"):
+            if c.raw(name):
+                c.problems.append(f"{name} is set but INGEST_ADDR is not: set INGEST_ADDR too")
+        return settings
+    if secret is None and not loopback(addr.host):
+        c.problems.append(
+            f"INGEST_TOKEN_SECRET is required: INGEST_ADDR {addr} is not a loopback address "
+            "(127.0.0.1, ::1 or localhost); name a secret set with `relay secret set`"
+        )
+    if body < event_bytes:
+        c.problems.append(f"INGEST_MAX_BODY_BYTES ({body}) is below MAX_EVENT_BYTES "
+                          f"({event_bytes}): one event must fit a request")
+    return settings
+
+
+def loopback(host: str) -> bool:
+    """Only this host can connect (an empty host is every interface)."""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def parse_secret_name(value: str) -> str:
+    if secret_name_error(value) is not None:
+        raise ValueError(value)
+    return value
+
+
+def parse_body_bytes(value: str) -> int:
+    number = _size(value)
+    if not KIB <= number <= HARD_MAX_BODY_BYTES:
+        raise ValueError(value)
+    return number
+
+
+def parse_http_url(value: str) -> str:
+    """An ``http``/``https`` base URL with a host and nothing after it."""
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueError(value) from None
+    bare = parts.path in ("", "/") and not parts.query and not parts.fragment
+    if parts.scheme not in ("http", "https") or not parts.hostname or not bare:
+        raise ValueError(value)
+    if "@" in parts.netloc:  # credentials in a URL end up in every log of it
+        raise ValueError(value)
+    return value.rstrip("/")
+
+
+_SECRET_ACCEPTS = "a secret name of lowercase letters, digits, '.', '_' and '-'"  # noqa: S105
 _TEST_ONLY = "a positive duration (a test-only setting)"
 _REDIS_VARIABLES = ("REDIS_URI", "REDIS_STREAM", "REDIS_GROUP")
 _NO_BROKER = (
@@ -503,16 +592,21 @@ def parse_ledger_retention(value: str) -> int:
 
 
 def parse_event_bytes(value: str) -> int:
+    number = _size(value)
+    if number > HARD_MAX_EVENT_BYTES:
+        raise ValueError(value)
+    return number
+
+
+def _size(value: str) -> int:
+    """Bytes, or with a KiB/MiB suffix."""
     text = value.strip()
     scale = 1
     for suffix, size in (("KiB", KIB), ("MiB", MIB)):
         if text.endswith(suffix):
             text, scale = text[: -len(suffix)].strip(), size
             break
-    number = positive_int(text) * scale
-    if number > HARD_MAX_EVENT_BYTES:
-        raise ValueError(value)
-    return number
+    return positive_int(text) * scale
 
 
 # Every TRAEFIK_* value reaches a Traefik label; none may carry rule syntax

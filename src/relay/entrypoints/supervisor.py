@@ -64,7 +64,8 @@ class Child:
 
 def child_env(env: Mapping[str, str], settings: Settings, index: int) -> dict[str, str]:
     """Process ``index``'s environment: its index, run directory and consumer name;
-    only process 0 keeps the webhook; metrics on the next ports."""
+    only process 0 keeps the webhook; metrics and HTTP ingest on the next ports
+    (every process accepts the handlers' token: it is derived alike in each)."""
     out = dict(env)
     out["RELAY_PROCESS_INDEX"] = str(index)
     out[SUPERVISOR_PID] = str(os.getpid())
@@ -78,6 +79,9 @@ def child_env(env: Mapping[str, str], settings: Settings, index: int) -> dict[st
         metrics = settings.metrics_addr
         if metrics is not None and metrics.port != 0:
             out["METRICS_ADDR"] = f"{metrics.host}:{metrics.port + index}"
+        ingest = settings.ingest.addr
+        if ingest is not None:
+            out["INGEST_ADDR"] = f"{ingest.host}:{ingest.port + index}"
     return out
 
 

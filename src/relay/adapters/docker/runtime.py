@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
 
 import aiodocker
 import anyio
+import msgspec
 import structlog
 from anyio.abc import TaskGroup
 
@@ -98,8 +99,12 @@ class DockerContainerRuntime:
         observer: Observer | None = None,
         max_containers: int | None = None,
         direct_dir: Path | None = None,
+        handler_env: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self._docker = docker
+        # the worker's own variables for every handler (RELAY_INGEST_URL and its
+        # token): per request, never in the container's environment (docker inspect)
+        self._handler_env = handler_env
         # Relay's own socket per container, under this directory (see
         # ``relay.adapters.docker.direct``); None: requests use the attach stream
         self.direct = DirectSockets(direct_dir) if direct_dir is not None else None
@@ -195,6 +200,8 @@ class DockerContainerRuntime:
                 if reason is not None:
                     await container.destroy()
                 raise
+        if self._handler_env is not None:
+            request = msgspec.structs.replace(request, env={**request.env, **self._handler_env()})
         begun = time.monotonic()
         capture = CapturedOutput() if request.capture_output else None
         try:

@@ -41,7 +41,9 @@ delivery's headers are about 1 KiB; aiohttp's own field limit is 8 KiB)."""
 class ConnectionGuard:
     """Counts, caps and times out the webhook's connections."""
 
-    def __init__(self, *, limit: int, waiting: int, deadline_s: float, max_bytes: int) -> None:
+    def __init__(self, *, limit: int, waiting: int, deadline_s: float, max_bytes: int,
+                 label: str = "git_webhook") -> None:
+        self.label = label  # the log events' prefix: the ingest endpoint reuses the guard
         self.limit = limit
         self.waiting_limit = waiting
         self.deadline_s = deadline_s
@@ -74,8 +76,8 @@ class ConnectionGuard:
         self.refused += 1
         if not self._full:  # one line per saturation, not one per connection
             self._full = True
-            _log.warning("git_webhook_busy", limit=self.limit, waiting=self.waiting_limit,
-                         detail=f"{self.limit} webhook requests are being read and "
+            _log.warning(f"{self.label}_busy", limit=self.limit, waiting=self.waiting_limit,
+                         detail=f"{self.limit} requests are being read and "
                          f"{self.waiting_limit} connections wait; further ones are closed")
         return False
 
@@ -160,8 +162,8 @@ class _GuardedProtocol(asyncio.Protocol):
 
     def _expire(self) -> None:
         self._guard.timed_out += 1
-        _log.info("git_webhook_timeout", deadline_s=self._guard.deadline_s,
-                  detail="a webhook connection did not finish its request in time; closed")
+        _log.info(f"{self._guard.label}_timeout", deadline_s=self._guard.deadline_s,
+                  detail="a connection did not finish its request in time; closed")
         if self._transport is not None:
             self._transport.abort()
 
