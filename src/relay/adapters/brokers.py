@@ -60,6 +60,9 @@ class Broker:
     publisher: OccurrencePublisher
     history: OccurrenceHistory
     loops: list[tuple[str, Callable[..., Coroutine[Any, Any, None]]]] = field(default_factory=list)
+    # The open connection (the Redis client or the broker file's store), for the
+    # console's read-only views (a message's trace facts).
+    client: Any = None
 
 
 async def open_broker(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
@@ -102,6 +105,7 @@ async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         backlog=redis_backlog_reader(redis, settings.redis.stream, settings.redis.group),
         publisher=RedisOccurrencePublisher(redis, settings.redis.stream),
         history=RedisOccurrenceHistory(redis, settings.redis.stream, settings.redis.group),
+        client=redis,
     )
     if settings.stream_retention_ns is not None:
         trimmer = RetentionTrimmer(
@@ -134,6 +138,7 @@ async def _sqlite(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         backlog=sqlite_backlog_reader(store, settings.redis.stream),
         publisher=SqliteOccurrencePublisher(store, settings.redis.stream),
         history=SqliteOccurrenceHistory(store, settings.redis.stream),
+        client=store,
     )
     return _dlq_retention(broker, dead_letters, settings, clock)
 
