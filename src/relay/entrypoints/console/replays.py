@@ -55,7 +55,8 @@ class ReplayQueue:
     def add(self, ids: list[str]) -> int:
         """Queue what fits; how many were queued."""
         room = max(0, QUEUE_LIMIT - len(self._ids))
-        fresh = [i for i in ids if i not in self._ids][:room]
+        queued = set(self._ids)
+        fresh = [i for i in dict.fromkeys(ids) if i not in queued][:room]
         self._ids.extend(fresh)
         self._wake.set()
         return len(fresh)

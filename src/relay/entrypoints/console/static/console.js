@@ -11,7 +11,8 @@
     var series = [{}];
     var columns = [win.t];
     names.forEach(function (name, i) {
-      series.push({ label: name, stroke: colours[i % colours.length], width: 1.5 });
+      series.push({ label: name, stroke: colours[i % colours.length], width: 1.5,
+                   points: { show: true, size: 4 } });
       columns.push(win[name]);
     });
     new uPlot({ width: 420, height: 180, series: series, legend: { show: names.length > 1 } },
