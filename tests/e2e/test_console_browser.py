@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
 
 from tests.e2e.embedded_support import EmbeddedWorkers, admin_env, no_redis_env
 from tests.e2e.failure_support import free_port
@@ -54,9 +56,6 @@ PAGE_WAIT_S = 30.0
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if binary is None or driver is None:
         pytest.fail("chromium and chromium-driver are missing: run scripts/testbed")
@@ -125,9 +124,10 @@ def test_the_console_in_a_browser(
     def charted() -> bool:
         browser.get(base + "/")
         data = json.loads(browser.find_element("id", "chart-data").get_attribute("textContent"))
-        drawn = browser.execute_script(
-            "return document.querySelectorAll('.chart[data-drawn=yes] canvas').length")
-        return sum(data["hour"]["events_s"]) > 0 and sum(data["hour"]["failed"]) > 0 and drawn >= 8
+        drawn = int(browser.execute_script(
+            "return document.querySelectorAll('.chart[data-drawn=yes] canvas').length"))
+        hour = data["hour"]
+        return bool(sum(hour["events_s"]) > 0 and sum(hour["failed"]) > 0 and drawn >= 8)
 
     wait_until(charted, PAGE_WAIT_S, "charts with data")
     shot(browser, "overview")

@@ -18,10 +18,13 @@ pytestmark = pytest.mark.anyio
 
 async def test_a_replay_that_fails_again_is_kept_and_said_and_the_queue_goes_on() -> None:
     sent: list[tuple[str, float]] = []
+    all_sent = anyio.Event()
 
     async def send(command: Any) -> ReplaySummary:
         assert isinstance(command, ReplayDeadLetter)
         sent.append((command.entry_id, time.monotonic()))
+        if len(sent) == 3:
+            all_sent.set()
         if command.entry_id == "1-0":
             raise ReplayFailed('function "f" handler "h": RuntimeError: still failing')
         return ReplaySummary(entry_id=command.entry_id, function="f", handler="h",
@@ -32,8 +35,8 @@ async def test_a_replay_that_fails_again_is_kept_and_said_and_the_queue_goes_on(
     async with anyio.create_task_group() as tg:
         await tg.start(queue.run)
         with anyio.fail_after(5):
-            while len(queue.outcomes) < 3:
-                await anyio.sleep(0.01)
+            await all_sent.wait()
+        await anyio.wait_all_tasks_blocked()  # the last outcome is recorded
         tg.cancel_scope.cancel()
     assert [o.entry_id for o in queue.outcomes] == ["3-0", "2-0", "1-0"]
     failed = queue.outcomes[-1]
