@@ -335,7 +335,8 @@ async def build_worker(
         stack.push_async_callback(_shielded(state_view.aclose))
         state_view.subscribe(bus)
         history = RunHistory(paths.database, _history_settings(settings))
-        history.subscribe(bus)
+        if history.settings.limit > 0:  # RUN_HISTORY_LIMIT=0: no subscriber, no writes
+            history.subscribe(bus)
         # bound before the runtime's task group: a taken port fails start-up in one line
         webhook_loops = await _git_webhook(stack, settings, functions_dir, bus)
         await stack.enter_async_context(runtime)  # containers are discarded on exit
@@ -354,7 +355,8 @@ async def build_worker(
             clock=clock,
         )
         worker.loops += webhook_loops
-        worker.loops.append(("run-history", history.run))
+        if history.settings.limit > 0:
+            worker.loops.append(("run-history", history.run))
         worker.parts = WorkerParts(broker, history, secret_store, settings)
         yield worker
 

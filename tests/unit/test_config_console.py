@@ -55,8 +55,10 @@ def test_the_history_limits_are_read_and_checked() -> None:
                             "RUN_ROLLUP_RETENTION": "1d"}).observe.run_history
     assert (values.limit, values.retention_ns, values.rollup_retention_ns) == (
         500, 12 * HOUR, DAY)
+    off = load_settings({**EMBEDDED, "RUN_HISTORY_LIMIT": "0"}).observe.run_history
+    assert off.limit == 0  # the run history is off
     with pytest.raises(ConfigError) as info:
-        load_settings({**EMBEDDED, "RUN_HISTORY_LIMIT": "0", "RUN_HISTORY_RETENTION": "-1h"})
+        load_settings({**EMBEDDED, "RUN_HISTORY_LIMIT": "-1", "RUN_HISTORY_RETENTION": "-1h"})
     assert [line.split("=", 1)[0] for line in str(info.value).splitlines()] == [
         "RUN_HISTORY_LIMIT", "RUN_HISTORY_RETENTION"]
 

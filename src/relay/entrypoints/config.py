@@ -266,7 +266,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         ),
         hostname=c.raw("RELAY_HOSTNAME") or socket.gethostname(),
         paths=load_paths(env),
-        observe=observe_settings(c, positive_int, positive_duration),
+        observe=observe_settings(c, positive_duration),
         process=c.parse("RELAY_PROCESS_INDEX", int, 0, "a whole number (set by --processes)"),
         recovery=RecoverySettings(
             interval_s=c.parse(

@@ -89,8 +89,15 @@ def parse_console_addr(value: str) -> tuple[str, int]:
     return host or LOOPBACK, int(port_text)
 
 
+def non_negative_int(value: str) -> int:
+    text = value.strip()
+    if not text.isdigit():
+        raise ValueError(value)
+    return int(text)
+
+
 def observe_settings(
-    c: Collector, positive_int: Callable[[str], int], positive_duration: Callable[[str], int]
+    c: Collector, positive_duration: Callable[[str], int]
 ) -> ObserveSettings:
     """``CONSOLE_ADDR``, ``CONSOLE_TOKEN_SECRET`` and the ``RUN_HISTORY_*`` limits."""
     addr: Any = c.parse("CONSOLE_ADDR", parse_console_addr, None, _CONSOLE_ACCEPTS)
@@ -105,7 +112,8 @@ def observe_settings(
                 " console's access token"
             )
     history = RunHistoryValues(
-        limit=c.parse("RUN_HISTORY_LIMIT", positive_int, rh.DEFAULT_LIMIT, "a positive integer"),
+        limit=c.parse("RUN_HISTORY_LIMIT", non_negative_int, rh.DEFAULT_LIMIT,
+                      "a whole number of runs (0 turns the run history off)"),
         retention_ns=c.parse("RUN_HISTORY_RETENTION", positive_duration,
                              rh.DEFAULT_RETENTION_NS, "a positive duration such as 7d"),
         rollup_retention_ns=c.parse("RUN_ROLLUP_RETENTION", positive_duration,
