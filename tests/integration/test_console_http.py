@@ -17,10 +17,12 @@ import pytest
 from yarl import URL
 
 from relay.adapters.brokers import open_broker
+from relay.adapters.sqlite.broker.ledger import insert_dead_letter
 from relay.adapters.sqlite.run_history import RunHistory, open_history_db
 from relay.adapters.system import SystemClock
 from relay.application.registry import FunctionRegistry
 from relay.domain.errors import RelayError
+from relay.domain.outcome import DeadLetterEntry
 from relay.entrypoints.console.pages import Console
 from relay.entrypoints.console.reads import ConsoleReads
 from relay.entrypoints.console.replays import ReplayQueue
@@ -56,6 +58,10 @@ async def _console(tmp_path: Path, stack: AsyncExitStack, token_secret: str | No
     )
 
 
+BROKERS: dict[str, Any] = {}
+"""The embedded broker each served console reads, by its URL (to write entries)."""
+
+
 async def _serve(tmp_path: Path, token_secret: str | None = None, **kw: Any
                  ) -> AsyncIterator[tuple[str, ConsoleServer]]:
     secrets = InMemorySecretStore({"console-token": TOKEN + "\n"})
@@ -65,7 +71,9 @@ async def _serve(tmp_path: Path, token_secret: str | None = None, **kw: Any
         await server.bind()
         async with anyio.create_task_group() as tg:
             await tg.start(server.run)
-            yield f"http://127.0.0.1:{server.bound_port}", server
+            url = f"http://127.0.0.1:{server.bound_port}"
+            BROKERS[url] = console.reads._broker  # noqa: SLF001 - the test writes entries
+            yield url, server
             tg.cancel_scope.cancel()
 
 
@@ -201,3 +209,36 @@ async def _closed(stream: Any) -> bool:
     except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
         return True
     return True
+
+
+async def test_a_dead_letter_is_listed_inspected_escaped_and_removed_after_a_confirmation(
+    open_console: tuple[str, ConsoleServer],
+) -> None:
+    url, _server = open_console
+    store = BROKERS[url].client
+    hostile = '{"kind": "</pre><script>alert(1)</script>", "n": 1}'
+    entry = DeadLetterEntry(original_stream="events", original_id="1700000000000-1",
+                            group="relay", consumer="w", event=hostile, reason="boom <b>",
+                            function="fn", handler="h", handler_attempts=3)
+    entry_id = await store.write(lambda c, now_ms: insert_dead_letter(c, now_ms, entry))
+    async with _client() as http:
+        async with http.get(url + "/dlq?function=fn") as r:
+            page = await r.text()
+            assert entry_id in page
+            assert "boom &lt;b&gt;" in page
+            csrf = CSRF.search(page).group(1)  # type: ignore[union-attr]
+        async with http.get(url + "/dlq?function=other") as r:
+            assert entry_id not in await r.text()
+        async with http.get(url + f"/dlq/{entry_id}") as r:
+            page = await r.text()
+            assert "&#34;kind&#34;: &#34;&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;&#34;," in page
+            assert '\n  &#34;n&#34;: 1\n' in page  # pretty-printed
+            assert "<script>alert" not in page
+        async with http.post(url + "/dlq/remove", data={"id": entry_id, "csrf": csrf}) as r:
+            assert "Remove 1 dead-lettered entry?" in await r.text()
+        assert (await BROKERS[url].dead_letters.count()) == 1  # asked, not removed
+        form = {"id": entry_id, "csrf": csrf, "confirm": "yes"}
+        async with http.post(url + "/dlq/remove", data=form, allow_redirects=False) as r:
+            assert r.status == 303
+            assert r.headers["Location"] == "/dlq?notice=removed+1+entr(y/ies)"
+        assert (await BROKERS[url].dead_letters.count()) == 0
