@@ -72,7 +72,7 @@ async def _serve(tmp_path: Path, token_secret: str | None = None, **kw: Any
         async with anyio.create_task_group() as tg:
             await tg.start(server.run)
             url = f"http://127.0.0.1:{server.bound_port}"
-            BROKERS[url] = console.reads._broker  # noqa: SLF001 - the test writes entries
+            BROKERS[url] = console.reads._broker  # the test writes entries
             yield url, server
             tg.cancel_scope.cancel()
 
@@ -231,7 +231,8 @@ async def test_a_dead_letter_is_listed_inspected_escaped_and_removed_after_a_con
             assert entry_id not in await r.text()
         async with http.get(url + f"/dlq/{entry_id}") as r:
             page = await r.text()
-            assert "&#34;kind&#34;: &#34;&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;&#34;," in page
+            escaped = "&#34;kind&#34;: &#34;&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;&#34;,"
+            assert escaped in page
             assert '\n  &#34;n&#34;: 1\n' in page  # pretty-printed
             assert "<script>alert" not in page
         async with http.post(url + "/dlq/remove", data={"id": entry_id, "csrf": csrf}) as r:
