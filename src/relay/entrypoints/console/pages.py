@@ -39,6 +39,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 BACKLOG_DEADLINE_S = 2.0
 MAX_LISTED = 200
+OVERVIEW_TTL_S = 1.0
+"""The overview's figures are reused this long (the run history flushes every 1 s)."""
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Console:
         loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
         undefined=jinja2.StrictUndefined,
     ))
+    _overview: tuple[float, dict[str, Any]] | None = field(default=None, init=False)
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get("/", self.overview)
@@ -84,17 +87,28 @@ class Console:
 
     # --- pages -----------------------------------------------------------------
     async def overview(self, request: web.Request) -> web.Response:
+        values = await self._overview_values()
+        return self._page(
+            request, "overview.html", **values, breakers=self.breakers.open,
+            broker=self.reads.broker_name, dropped=self.history.dropped,
+        )
+
+    async def _overview_values(self) -> dict[str, Any]:
+        """The charts, totals and backlog, read at most once per ``OVERVIEW_TTL_S``:
+        the rollups change once a flush anyway, and a dashboard left open (or 50
+        requests/s of them) must not cost the worker a query and a chart per request."""
+        cached = self._overview
+        if cached is not None and time.monotonic() - cached[0] < OVERVIEW_TTL_S:
+            return cached[1]
         charts = await self._blocking(views.overview_charts, self.db)
         hour = await self._blocking(views.totals, self.db)
         pending, oldest = None, None
         with anyio.move_on_after(BACKLOG_DEADLINE_S), suppress(RelayError, OSError, sqlite3.Error):
             pending, oldest = await self.reads.backlog()
-        return self._page(
-            request, "overview.html", charts=charts, hour=hour, pending=pending,
-            oldest=None if oldest is None else f"{oldest:.1f}s",
-            breakers=self.breakers.open, broker=self.reads.broker_name,
-            dropped=self.history.dropped,
-        )
+        values = {"charts": charts, "hour": hour, "pending": pending,
+                  "oldest": None if oldest is None else f"{oldest:.1f}s"}
+        self._overview = (time.monotonic(), values)
+        return values
 
     async def functions(self, request: web.Request) -> web.Response:
         rows = await self._blocking(
@@ -118,6 +132,7 @@ class Console:
             request, "runs.html", runs=[_run_view(r) for r in found], problem=problem,
             chosen={"function": function or "", "handler": handler or "", "outcome": outcome or ""},
             functions=functions, handlers=handlers, outcomes=rh.OUTCOMES,
+            query=request.query_string,  # htmx refreshes the table with the same filter
         )
 
     async def trace(self, request: web.Request) -> web.Response:
