@@ -206,6 +206,8 @@ class WorkerParts:
     history: RunHistory
     secrets: FileSecretStore
     settings: Any
+    pools: Callable[[], dict[str, PoolSnapshot]] = dict
+    """Each function's warm pool now (the console's functions page)."""
 
 
 @dataclass
@@ -357,7 +359,9 @@ async def build_worker(
         worker.loops += webhook_loops
         if history.settings.limit > 0:
             worker.loops.append(("run-history", history.run))
-        worker.parts = WorkerParts(broker, history, secret_store, settings)
+        worker.parts = WorkerParts(
+            broker, history, secret_store, settings, lambda: _pool_snapshots(runtime)
+        )
         yield worker
 
 

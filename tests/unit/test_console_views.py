@@ -13,6 +13,7 @@ from relay.application.bus import MessageBus
 from relay.application.function_summary import summarize
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.domain import events as ev
+from relay.domain.execution import PoolSnapshot
 from relay.entrypoints.console import views
 
 NOW = 1_800_000_030.0  # 30 s into a minute
@@ -64,7 +65,10 @@ def test_functions_show_status_version_breaker_and_schedule_times(tmp_path: Path
     breakers.subscribe(bus)
     bus.notify(ev.BreakerOpened(function="nightly", cause="failures", failures=5,
                                 cooldown_s=30))
-    broken, nightly = views.function_rows(db, registry, breakers, NOW)
+    pools = {"nightly": PoolSnapshot(capacity=4, containers=3, busy=2, idle=1, starting=0,
+                                     warm_acquires=9, cold_starts=3, discarded=0)}
+    broken, nightly = views.function_rows(db, registry, breakers, NOW, pools)
+    assert (nightly["pool"], broken["pool"]) == ("2 busy, 1 idle of 4", "-")
     assert (broken["name"], broken["status"], broken["why"]) == ("broken", "failed",
                                                                   "bad template")
     assert (nightly["version"], nightly["breaker"], nightly["handlers"]) == (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from relay.application.registry import FunctionRegistry
 from relay.domain import run_history as rh
 from relay.domain.dlq_selection import Selection
 from relay.domain.errors import RelayError
+from relay.domain.execution import PoolSnapshot
 from relay.domain.retention import StreamId
 from relay.entrypoints.cli.dlq import describe, relative_age
 from relay.entrypoints.cli.trace import render_trace
@@ -54,6 +56,7 @@ class Console:
     breakers: views.Breakers
     replays: ReplayQueue
     access: Access
+    pools: Callable[[], dict[str, PoolSnapshot]] = dict
     templates: jinja2.Environment = field(default_factory=lambda: jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
         undefined=jinja2.StrictUndefined,
@@ -112,7 +115,8 @@ class Console:
 
     async def functions(self, request: web.Request) -> web.Response:
         rows = await self._blocking(
-            views.function_rows, self.db, self.registry, self.breakers, time.time()
+            views.function_rows, self.db, self.registry, self.breakers, time.time(),
+            self.pools(),
         )
         return self._page(request, "functions.html", functions=rows)
 

@@ -117,7 +117,7 @@ async def add_console(worker: Any, settings: Any) -> ConsoleServer | None:
                            group=settings.redis.group),
         history=parts.history, db=db, registry=worker.registry, breakers=breakers,
         replays=ReplayQueue(worker.bus.send),
-        access=Access(parts.secrets, console_settings.token_secret),
+        access=Access(parts.secrets, console_settings.token_secret), pools=parts.pools,
     )
     server = ConsoleServer(console, console_settings.host, console_settings.port)
     try:

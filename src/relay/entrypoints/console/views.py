@@ -18,6 +18,7 @@ from relay.adapters.sqlite.run_history import RollupRow, rollup_rows
 from relay.application.registry import FunctionRegistry
 from relay.domain import events as ev
 from relay.domain import schedule
+from relay.domain.execution import PoolSnapshot
 from relay.domain.run_history import ALL
 
 WINDOWS = {"hour": 3600, "day": 86400}
@@ -85,11 +86,24 @@ class Breakers:
         return sorted(self.state)
 
 
+def pool_text(snapshot: PoolSnapshot | None, concurrency: object) -> str:
+    """``2 busy, 1 idle of 4`` (live), else the template's concurrency."""
+    if snapshot is None:
+        return f"up to {concurrency}" if concurrency is not None else "-"
+    text = f"{snapshot.busy} busy, {snapshot.idle} idle of {snapshot.capacity}"
+    return text + (f", {snapshot.starting} starting" if snapshot.starting else "")
+
+
 def function_rows(
-    db: StateDatabase, registry: FunctionRegistry, breakers: Breakers, now: float
+    db: StateDatabase,
+    registry: FunctionRegistry,
+    breakers: Breakers,
+    now: float,
+    pools: dict[str, PoolSnapshot] | None = None,
 ) -> list[dict[str, Any]]:
-    """One dict per function of the state view, with schedule times and breaker."""
+    """One dict per function of the state view, with schedule times, pool and breaker."""
     out = []
+    pools = pools or {}
     for name, data, _at in db.rows("functions"):
         active = registry.get(name)
         rules = {r.handler: r for r in active.template.schedules} if active else {}
@@ -109,7 +123,7 @@ def function_rows(
             "why": data.get("last_error", ""),
             "version": fingerprint[:12] or "-",
             "image": data.get("image", "-"),
-            "pool": data.get("concurrency", "-"),
+            "pool": pool_text(pools.get(name), data.get("concurrency")),
             "runtime": data.get("runtime") or "-",
             "breaker": breakers.state.get(name, "closed"),
             "handlers": [h.get("name") for h in data.get("handlers", [])],
