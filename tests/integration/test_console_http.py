@@ -243,3 +243,17 @@ async def test_a_dead_letter_is_listed_inspected_escaped_and_removed_after_a_con
             assert r.status == 303
             assert r.headers["Location"] == "/dlq?notice=removed+1+entr(y/ies)"
         assert (await BROKERS[url].dead_letters.count()) == 0
+
+
+async def test_an_unreadable_broker_is_one_line_on_the_page(tmp_path: Path) -> None:
+    async for url, _server in _serve(tmp_path):
+        for suffix in ("", "-wal", "-shm"):
+            (tmp_path / f"broker.sqlite3{suffix}").unlink(missing_ok=True)
+        (tmp_path / "broker.sqlite3").mkdir()  # a directory where the file was
+        async with _client() as http:
+            for path in ("/dlq", "/trace/1-0"):
+                async with http.get(url + path) as r:
+                    assert r.status == 503, path
+                    assert "cannot read from the broker: " in await r.text()
+            async with http.get(url + "/") as r:
+                assert r.status == 200  # the overview says "-" for the backlog

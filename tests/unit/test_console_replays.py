@@ -56,3 +56,25 @@ def test_the_queue_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     queue = ReplayQueue(send)
     assert queue.add(["1-0", "2-0", "3-0"]) == 2
     assert queue.waiting == 2
+
+
+async def test_a_replay_that_crashes_is_said_and_the_queue_goes_on() -> None:
+    done = anyio.Event()
+
+    async def send(command: Any) -> ReplaySummary:
+        if command.entry_id == "1-0":
+            raise KeyError("a bug")
+        done.set()
+        return ReplaySummary(entry_id=command.entry_id, function="f", handler="h",
+                             duration_s=0.01)
+
+    queue = ReplayQueue(send, rate="100/s")
+    queue.add(["1-0", "2-0"])
+    async with anyio.create_task_group() as tg:
+        await tg.start(queue.run)
+        with anyio.fail_after(5):
+            await done.wait()
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    assert [(o.entry_id, o.ok) for o in queue.outcomes] == [("2-0", True), ("1-0", False)]
+    assert queue.outcomes[1].detail == "KeyError (see the worker log)"

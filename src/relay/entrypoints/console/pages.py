@@ -41,6 +41,9 @@ TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 BACKLOG_DEADLINE_S = 2.0
 MAX_LISTED = 200
+UNAVAILABLE = (RelayError, OSError, sqlite3.Error)
+"""What a broker read raises when the broker is down (Redis errors arrive as
+``DependencyUnavailable``); a page says so in one line."""
 OVERVIEW_TTL_S = 1.0
 """The overview's figures are reused this long (the run history flushes every 1 s)."""
 
@@ -85,6 +88,12 @@ class Console:
         )
         return web.Response(status=status, text=text, content_type="text/html")
 
+    def _unavailable(self, request: web.Request, title: str, exc: Exception) -> web.Response:
+        """503 and one line: the broker is down or the file unreadable (no traceback)."""
+        line = " ".join(str(exc).split())[:300]
+        return self._page(request, "message.html", status=503, title=title,
+                          text=f"cannot read from the broker: {line}")
+
     async def _blocking(self, action: Any, *args: Any) -> Any:
         return await anyio.to_thread.run_sync(action, *args)
 
@@ -106,7 +115,7 @@ class Console:
         charts = await self._blocking(views.overview_charts, self.db)
         hour = await self._blocking(views.totals, self.db)
         pending, oldest = None, None
-        with anyio.move_on_after(BACKLOG_DEADLINE_S), suppress(RelayError, OSError, sqlite3.Error):
+        with anyio.move_on_after(BACKLOG_DEADLINE_S), suppress(*UNAVAILABLE):
             pending, oldest = await self.reads.backlog()
         values = {"charts": charts, "hour": hour, "pending": pending,
                   "oldest": None if oldest is None else f"{oldest:.1f}s"}
@@ -148,9 +157,8 @@ class Console:
                               text=f"{raw[:60]!r} is not a stream message id")
         try:
             facts = await self.reads.trace(message_id)
-        except (RelayError, OSError, sqlite3.Error) as exc:
-            return self._page(request, "message.html", status=503, title="Trace",
-                              text=f"cannot read the message: {str(exc)[:300]}")
+        except UNAVAILABLE as exc:
+            return self._unavailable(request, "Trace", exc)
         return self._page(request, "trace.html", message_id=message_id,
                           lines=render_trace(facts))
 
@@ -160,7 +168,10 @@ class Console:
             function=q.get("function") or None, handler=q.get("handler") or None,
             reason=q.get("reason") or None, limit=MAX_LISTED,
         )
-        found = await self.reads.dead_letters(chosen)
+        try:
+            found = await self.reads.dead_letters(chosen)
+        except UNAVAILABLE as exc:
+            return self._unavailable(request, "Dead letters", exc)
         now = time.time()
         entries = [{
             "id": s.id, "original_id": s.entry.original_id, "function": s.entry.function,

@@ -79,6 +79,11 @@ class ReplayQueue:
             self.outcomes.appendleft(ReplayOutcome(entry_id, False, str(exc), time.time()))
             _log.info("console_replay_failed", entry_id=entry_id, error=str(exc))
             return
+        except Exception as exc:  # noqa: BLE001 - a bug must not stop the worker's loops
+            _log.exception("console_replay_crashed", entry_id=entry_id)
+            detail = f"{type(exc).__name__} (see the worker log)"
+            self.outcomes.appendleft(ReplayOutcome(entry_id, False, detail, time.time()))
+            return
         detail = f"{summary.function}/{summary.handler} ran in {summary.duration_s:.2f}s"
         self.outcomes.appendleft(ReplayOutcome(entry_id, True, detail, time.time()))
         _log.info("console_replayed", entry_id=entry_id)

@@ -11,6 +11,7 @@ broker, and its only actions (replay, remove) are the CLI's.
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any, cast
 
 import anyio
@@ -111,7 +112,11 @@ async def add_console(worker: Any, settings: Any) -> ConsoleServer | None:
     parts = worker.parts
     breakers = Breakers()
     breakers.subscribe(worker.bus)
-    db = await anyio.to_thread.run_sync(open_history_db, settings.paths.database)
+    try:
+        db = await anyio.to_thread.run_sync(open_history_db, settings.paths.database)
+    except (sqlite3.Error, OSError) as exc:
+        raise RelayError(f"CONSOLE_ADDR: cannot open the state database"
+                         f" {settings.paths.database}: {exc}") from exc
     console = Console(
         reads=ConsoleReads(parts.broker, stream=settings.redis.stream,
                            group=settings.redis.group),
