@@ -46,6 +46,7 @@ from relay.adapters.metrics.server import MetricsServer, sample_backlog
 from relay.adapters.metrics.subscribers import InstrumentedImageBuilder, subscribe
 from relay.adapters.otel.setup import open_tracing
 from relay.adapters.sqlite.db import open_db, process_stats_path
+from relay.adapters.sqlite.run_history import RunHistory, RunHistorySettings
 from relay.adapters.sqlite.state_view import SqliteStateView
 from relay.adapters.sqlite.stats_store import SqliteStatsStore
 from relay.adapters.system import RandomTokenSource, SystemClock
@@ -207,6 +208,18 @@ def compose(
 
 
 @dataclass
+class WorkerParts:
+    """The adapters an entrypoint beside the loops needs (the web console)."""
+
+    broker: Broker
+    history: RunHistory
+    secrets: FileSecretStore
+    settings: Any
+    pools: Callable[[], dict[str, PoolSnapshot]] = dict
+    """Each function's warm pool now (the console's functions page)."""
+
+
+@dataclass
 class Worker:
     """A composed worker and the background loops ``relay start`` runs."""
 
@@ -214,6 +227,8 @@ class Worker:
     loops: list[tuple[str, Loop]] = field(default_factory=list)
     before_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     stop: GracefulStop | None = None
+    parts: WorkerParts | None = None
+    """What the web console reads (set by :func:`build_worker`)."""
 
     async def drain(self, hurry: anyio.Event | None = None) -> str:
         """Stop taking messages and let those in flight finish within the grace
@@ -336,6 +351,7 @@ async def build_worker(
         composition.reconciler.add_leftovers(await state_view.open())
         stack.push_async_callback(_shielded(state_view.aclose))
         state_view.subscribe(bus)
+        history = _run_history(bus, paths.database, settings)
         # bound before the runtime's task group: a taken port fails start-up in one line
         webhook_loops = await _git_webhook(stack, settings, functions_dir, bus)
         webhook_loops += await _ingest(stack, settings, broker, tokens, bus=bus, metrics=metrics)
@@ -355,7 +371,33 @@ async def build_worker(
             clock=clock,
         )
         worker.loops += webhook_loops
+        if history.settings.limit > 0:
+            worker.loops.append(("run-history", history.run))
+        worker.parts = WorkerParts(
+            broker, history, secret_store, settings, lambda: _pool_snapshots(runtime)
+        )
         yield worker
+
+
+def _run_history(bus: MessageBus, database: Path, settings: Any) -> RunHistory:
+    """The run history, subscribed unless ``RUN_HISTORY_LIMIT=0`` turns it off
+    (then no subscriber and no writes: the console reads an empty history)."""
+    history = RunHistory(database, _history_settings(settings))
+    if history.settings.limit > 0:
+        history.subscribe(bus)
+    return history
+
+
+def _history_settings(settings: Any) -> RunHistorySettings:
+    observe = getattr(settings, "observe", None)
+    if observe is None:
+        return RunHistorySettings()
+    values = observe.run_history
+    return RunHistorySettings(
+        limit=values.limit,
+        retention_s=values.retention_ns / 1e9,
+        rollup_retention_s=values.rollup_retention_ns / 1e9,
+    )
 
 
 def _stats_db(stack: AsyncExitStack, settings: Any) -> Any:

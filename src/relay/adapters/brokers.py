@@ -64,6 +64,9 @@ class Broker:
     history: OccurrenceHistory
     events: EventPublisher  # appends new events (HTTP ingest)
     loops: list[tuple[str, Callable[..., Coroutine[Any, Any, None]]]] = field(default_factory=list)
+    # The open connection (the Redis client or the broker file's store), for the
+    # console's read-only views (a message's trace facts).
+    client: Any = None
 
 
 async def open_broker(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
@@ -107,6 +110,7 @@ async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         publisher=RedisOccurrencePublisher(redis, settings.redis.stream),
         history=RedisOccurrenceHistory(redis, settings.redis.stream, settings.redis.group),
         events=RedisEventPublisher(redis, settings.redis.stream),
+        client=redis,
     )
     if settings.stream_retention_ns is not None:
         trimmer = RetentionTrimmer(
@@ -140,6 +144,7 @@ async def _sqlite(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         publisher=SqliteOccurrencePublisher(store, settings.redis.stream),
         history=SqliteOccurrenceHistory(store, settings.redis.stream),
         events=SqliteEventPublisher(store, settings.redis.stream),
+        client=store,
     )
     return _dlq_retention(broker, dead_letters, settings, clock)
 

@@ -22,6 +22,7 @@ from relay.domain.ingest import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_REQUESTS, HA
 from relay.domain.ingest import PATH as INGEST_PATH
 from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
 from relay.domain.names import hostname_problem, secret_name_error
+from relay.entrypoints.config_console import ObserveSettings, observe_settings
 
 T = TypeVar("T")
 
@@ -172,6 +173,8 @@ class Settings:
     hostname: str = ""
     paths: Paths = field(default_factory=Paths)
     recovery: RecoverySettings = field(default_factory=RecoverySettings)
+    observe: ObserveSettings = field(default_factory=ObserveSettings)
+    """The web console and the run history (issue 34; :mod:`config_console`)."""
     process: int = 0
     """``RELAY_PROCESS_INDEX``, set by ``relay start --processes N`` for its children:
     0 for a lone worker and the first child (it alone converges services and keeps
@@ -279,6 +282,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         ingest=_ingest(c),
         hostname=c.raw("RELAY_HOSTNAME") or socket.gethostname(),
         paths=load_paths(env),
+        observe=observe_settings(c, positive_duration),
         process=c.parse("RELAY_PROCESS_INDEX", int, 0, "a whole number (set by --processes)"),
         recovery=RecoverySettings(
             interval_s=c.parse(

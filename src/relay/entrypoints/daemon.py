@@ -97,6 +97,10 @@ async def run(settings: Settings, functions_dir: Path) -> None:
     log.info("relay_starting", functions=str(functions_dir), stream=settings.redis.stream,
              group=settings.redis.group, consumer=settings.hostname)
     async with build_worker(settings, functions_dir) as worker, anyio.create_task_group() as tg:
+        if settings.observe.console.enabled:  # aiohttp's server and Jinja2 only then
+            from relay.entrypoints.console.server import add_console  # noqa: PLC0415
+
+            await add_console(worker, settings)
         tg.start_soon(_stop_on_signal, tg.cancel_scope, worker)
         await worker.start(tg)
         # What start-up built (modules, clients, the catalog) lives as long as the

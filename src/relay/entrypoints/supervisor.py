@@ -76,6 +76,7 @@ def child_env(env: Mapping[str, str], settings: Settings, index: int) -> dict[st
         out["RELAY_DIRECT_DIR"] = str(shared / str(index))
     if index > 0:
         out.pop("GIT_WEBHOOK_ADDR", None)
+        out.pop("CONSOLE_ADDR", None)  # one console per host: process 0's
         metrics = settings.metrics_addr
         if metrics is not None and metrics.port != 0:
             out["METRICS_ADDR"] = f"{metrics.host}:{metrics.port + index}"

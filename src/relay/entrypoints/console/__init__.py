@@ -1,0 +1,1 @@
+"""The web console (``CONSOLE_ADDR``): see :mod:`relay.entrypoints.console.server`."""
