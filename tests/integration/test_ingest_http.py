@@ -60,9 +60,10 @@ class Ingest:
     http: aiohttp.ClientSession
     secrets: FileSecretStore
 
-    async def post(self, body: Any, token: str | None = TOKEN,
-                   raw: bytes | None = None) -> tuple[int, dict[str, Any]]:
+    async def post(self, body: Any, token: str | None = TOKEN, raw: bytes | None = None,
+                   extra: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        headers.update(extra or {})
         data = raw if raw is not None else json.dumps(body).encode()
         async with self.http.post(self.url, data=data, headers=headers) as response:
             return response.status, await response.json()
@@ -130,6 +131,21 @@ async def test_one_item_and_an_array_are_202_with_ids_once_in_the_broker(ingest:
     assert await ingest.payloads() == [b'{"n":1}', b'{"n":2}', b'{"n":3}']
     assert ingest.answered(202) == 2
     assert ingest.registry.get_sample_value("ingest_events_total") == 3
+
+
+async def test_the_requests_traceparent_header_is_kept_beside_each_event(ingest: Ingest) -> None:
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    status, _ = await ingest.post([{"event": {"n": 1}}, {"event": {"n": 2}}],
+                                  extra={"traceparent": parent})
+    assert status == 202
+    status, _ = await ingest.post({"event": {"n": 3}}, extra={"traceparent": "00-nonsense"})
+    assert status == 202  # a malformed header is ignored (W3C), the event still lands
+    rows = await ingest.store.read(
+        lambda c: c.execute("SELECT payload, traceparent FROM jobs ORDER BY seq").fetchall()
+    )
+    assert [(bytes(p), t) for p, t in rows] == [
+        (b'{"n":1}', parent), (b'{"n":2}', parent), (b'{"n":3}', None)
+    ]
 
 
 async def test_the_token_is_checked_in_constant_time_and_a_mismatch_is_401(

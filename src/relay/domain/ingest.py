@@ -52,8 +52,10 @@ class EventTooLarge(IngestRefused):
     status = 413
 
 
-def publications(body: Any, max_event_bytes: int) -> list[Publication]:
-    """The decoded body's items as Publications, or :class:`IngestRefused`."""
+def publications(body: Any, max_event_bytes: int, traceparent: str = "") -> list[Publication]:
+    """The decoded body's items as Publications, or :class:`IngestRefused`.
+    ``traceparent``: the request's W3C trace context (already checked), kept
+    beside every event of the request."""
     items = body if isinstance(body, list) else [body]
     if not items:
         raise IngestRefused("the array is empty; send at least one item")
@@ -64,13 +66,13 @@ def publications(body: Any, max_event_bytes: int) -> list[Publication]:
     for index, item in enumerate(items):
         where = "" if single else f"item {index}: "
         try:
-            out.append(_publication(item, max_event_bytes))
+            out.append(_publication(item, max_event_bytes, traceparent or None))
         except IngestRefused as exc:
             raise type(exc)(f"{where}{exc}") from None
     return out
 
 
-def _publication(item: Any, max_event_bytes: int) -> Publication:
+def _publication(item: Any, max_event_bytes: int, traceparent: str | None) -> Publication:
     if not isinstance(item, dict):
         raise IngestRefused(f'expected an object with an "event" field, not {_kind(item)}')
     unknown = sorted(set(item) - ITEM_FIELDS)
@@ -84,6 +86,7 @@ def _publication(item: Any, max_event_bytes: int) -> Publication:
         priority=_priority(item.get("priority")),
         deliver_at_ms=deliver_at_ms(item.get("deliver_at")),
         idempotency_key=_idempotency_key(item.get("idempotency_key")),
+        traceparent=traceparent,
     )
 
 

@@ -40,6 +40,7 @@ from relay.domain.ingest import (
     publications,
 )
 from relay.domain.messages import DomainEvent
+from relay.domain.traceparent import valid_traceparent
 
 _log = structlog.get_logger("relay.ingest")
 
@@ -161,7 +162,11 @@ class IngestServer:
         if body is None:
             return (413, _error(f"body over INGEST_MAX_BODY_BYTES ({self._max_body})")), 0
         try:
-            items = publications(json.loads(body, parse_constant=_no_constant), self._max_event)
+            # W3C Trace Context over HTTP: the producer's span is every event's parent
+            # (a malformed header is ignored, as the recommendation says)
+            trace = valid_traceparent(request.headers.get("traceparent"))
+            decoded = json.loads(body, parse_constant=_no_constant)
+            items = publications(decoded, self._max_event, trace)
         except IngestRefused as exc:
             return (exc.status, _error(str(exc))), 0
         except (ValueError, UnicodeDecodeError, RecursionError):
