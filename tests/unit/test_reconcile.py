@@ -21,7 +21,7 @@ from relay.application.reconcile import (
     Reconciler,
 )
 from relay.application.registry import FunctionRegistry
-from relay.domain.commands import PrepareFunction, ReconcileAll, ReconcileFunction, RemoveFunction
+from relay.domain.commands import ReconcileAll, ReconcileFunction
 from relay.domain.events import (
     FunctionDiscovered,
     FunctionPrepared,
@@ -57,6 +57,7 @@ class World:
         self.slots = InMemorySlots(max_concurrency=8)
         self.clock = FakeClock()
         self.events: list[DomainEvent] = []
+        self.bus = MessageBus({})
         self.reconciler = Reconciler(
             registry=self.registry,
             source=FsFunctionSource(root),
@@ -64,9 +65,11 @@ class World:
             runtime=self.runtime,
             slots=self.slots,
             clock=self.clock,
-            publish=lambda events: self.bus.publish(events),  # noqa: PLW0108 - bus made below
+            emit=self.bus.emit,
+            send=self.bus.send,  # ConvergeServices: never sent without services
         )
-        self.bus = MessageBus(self.reconciler.handlers())
+        for command, handler in self.reconciler.handlers().items():
+            self.bus.register(command, handler)
         for kind in (
             FunctionDiscovered,
             FunctionPrepared,
@@ -98,12 +101,7 @@ def world(tmp_path: Path) -> World:
 
 
 async def test_every_lifecycle_command_has_a_handler(world: World) -> None:
-    assert world.bus.handled_commands == {
-        PrepareFunction,
-        RemoveFunction,
-        ReconcileFunction,
-        ReconcileAll,
-    }
+    assert world.bus.handled_commands == {ReconcileFunction, ReconcileAll}
 
 
 async def test_a_new_function_is_pending_until_prepared_then_serves(world: World) -> None:

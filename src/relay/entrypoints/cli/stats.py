@@ -18,6 +18,7 @@ import typer
 from relay.adapters.control.client import WorkerUnavailable, request
 from relay.adapters.sqlite.db import open_db, open_db_readonly, process_stats_paths, rfc3339
 from relay.adapters.sqlite.stats_store import read_stats, reset_stats
+from relay.domain.commands import ResetStats
 from relay.domain.durations import format_age
 from relay.domain.errors import RelayError
 from relay.domain.stats import GLOBAL_KEYS, StatsSnapshot, combined
@@ -63,7 +64,7 @@ def reset() -> None:
     paths = load_paths(os.environ)
     try:
         for socket in paths.sockets:  # each process of `relay start --processes N`
-            request(socket, "reset_stats")
+            request(socket, ResetStats())
     except WorkerUnavailable:
         for path in _stats_files(paths):
             _reset_offline(path)
