@@ -47,7 +47,7 @@ from relay.adapters.sqlite.stats_store import SqliteStatsStore
 from relay.adapters.system import RandomTokenSource, SystemClock
 from relay.application.breakers import BreakerBoard, subscribe_breaker_log
 from relay.application.buffer import MessageBuffer
-from relay.application.bus import MessageBus
+from relay.application.bus import Handler, MessageBus
 from relay.application.concurrency import Slots
 from relay.application.consumer import ConsumerLoop, RecoveryLoop
 from relay.application.control import ControlHandlers, StatsResetter, WorkerHealth
@@ -79,6 +79,7 @@ from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
 from relay.domain import events as ev
 from relay.domain.execution import PoolSnapshot
+from relay.domain.messages import Command
 from relay.domain.services import RoutingSettings
 
 log = structlog.get_logger("relay.bootstrap")
@@ -159,8 +160,7 @@ def compose(
     for kind, handler in reconciler.handlers().items():
         bus.register(kind, handler)
     bus.register(
-        cmd.ConvergeServices,
-        ServiceConvergence(registry=registry, services=services, emit=emit),
+        cmd.ConvergeServices, ServiceConvergence(registry=registry, services=services, emit=emit)
     )
     breakers = BreakerBoard(clock=clock, registry=registry, emit=emit)
     for kind, handler in breakers.table().items():
@@ -185,29 +185,11 @@ def compose(
     bus.register(cmd.DispatchMessage, dispatcher)
     bus.register(cmd.DispatchBatch, dispatcher.handle_batch)
     subscribe_delivery_log(bus)
-    bus.register(
-        cmd.InvokeFunction,
-        FunctionInvoker(
-            registry=registry,
-            runtime=runtime,
-            slots=slots,
-            secrets=secrets,
-            clock=clock,
-            tokens=tokens,
-            emit=emit,
-        ),
-    )
-    bus.register(
-        cmd.ReplayDeadLetter,
-        DeadLetterReplayer(
-            dead_letters=dead_letters,
-            registry=registry,
-            runtime=runtime,
-            slots=slots,
-            secrets=secrets,
-            emit=emit,
-        ),
-    )
+    for kind, handler in _operator_handlers(
+        bus, registry=registry, runtime=runtime, slots=slots, secrets=secrets, clock=clock,
+        tokens=tokens, dead_letters=dead_letters,
+    ).items():
+        bus.register(kind, handler)
     bus.register(cmd.PublishOccurrence, OccurrencePublishing(publisher=publisher, emit=emit))
     bus.register(cmd.SyncGit, GitSyncing(syncer=git, emit=emit))
     health = WorkerHealth()
@@ -215,6 +197,30 @@ def compose(
     for kind, handler in control.table().items():
         bus.register(kind, handler)
     return Composition(bus=bus, registry=registry, reconciler=reconciler, health=health)
+
+
+def _operator_handlers(
+    bus: MessageBus,
+    *,
+    registry: FunctionRegistry,
+    runtime: ContainerRuntime,
+    slots: Slots,
+    secrets: SecretStore,
+    clock: Clock,
+    tokens: TokenSource,
+    dead_letters: DeadLetterSource,
+) -> dict[type[Command], Handler]:
+    """The handlers of what an operator runs by hand on the live worker, outside
+    delivery: ``relay function invoke`` and ``relay dlq replay``."""
+    invoker = FunctionInvoker(
+        registry=registry, runtime=runtime, slots=slots, secrets=secrets, clock=clock,
+        tokens=tokens, emit=bus.emit,
+    )
+    replayer = DeadLetterReplayer(
+        dead_letters=dead_letters, registry=registry, runtime=runtime, slots=slots,
+        secrets=secrets, emit=bus.emit,
+    )
+    return {cmd.InvokeFunction: invoker, cmd.ReplayDeadLetter: replayer}
 
 
 @dataclass
