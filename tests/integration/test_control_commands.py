@@ -8,6 +8,7 @@ worker's state through it, and take their offline path only when no worker runs.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,9 +18,10 @@ import pytest
 from structlog.testing import capture_logs
 from typer.testing import CliRunner, Result
 
+from relay.adapters.control.client import WorkerUnavailable, request
 from relay.adapters.control.lock import ProcessLock
 from relay.adapters.control.server import ControlServer
-from relay.domain.commands import GetBreaker, ReconcileAll
+from relay.domain.commands import GetBreaker, ReconcileAll, ResetStats
 from relay.domain.git import GitSyncResult
 from relay.entrypoints.cli import app
 from tests.fakes_compose import FakeWorker
@@ -133,6 +135,9 @@ async def test_git_sync_is_sent_to_the_live_worker_not_run_in_the_cli(dirs: Path
 async def test_without_a_worker_the_commands_take_their_offline_path(dirs: Path) -> None:
     reset = await relay("stats", "reset")
     assert (reset.exit_code, reset.stdout) == (0, "Statistics reset\n")
+    assert reset.stderr == (
+        "relay: note: no worker is running: the state database was reset directly\n"
+    )
     sync = await relay("git", "sync", "--functions", str(dirs / "functions"))
     assert sync.exit_code == 1  # ran here, in this process: and no source is configured
     assert sync.stderr == (
@@ -141,3 +146,19 @@ async def test_without_a_worker_the_commands_take_their_offline_path(dirs: Path)
     breaker = await relay("function", "breaker", "open", "greeter")
     assert breaker.exit_code == 1  # a breaker lives only in a worker: no offline path
     assert "needs a running worker (`relay start`)" in breaker.stderr
+
+
+async def test_a_worker_that_runs_but_does_not_answer_is_an_error_not_a_reason_to_go_offline(
+    dirs: Path,
+) -> None:
+    (dirs / "run").mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(str(dirs / "run" / "relay.sock"))
+        silent.listen()  # accepts into its backlog, never answers
+        with pytest.raises(WorkerUnavailable) as info:
+            request(dirs / "run" / "relay.sock", ResetStats(), timeout=0.2)
+    assert not info.value.absent
+    assert str(info.value) == "the relay worker did not answer within 0.2s"
+    with pytest.raises(WorkerUnavailable) as gone:
+        request(dirs / "run" / "relay.sock", ResetStats(), timeout=0.2)  # nobody listens now
+    assert gone.value.absent

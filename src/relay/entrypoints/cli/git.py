@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.common import fail, note, out
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 
 if TYPE_CHECKING:
@@ -141,9 +141,11 @@ def sync(
     """Fetch the source and make the functions directory exactly its functions."""
     from relay.domain.errors import RelayError
 
+    offline = False
     try:
         result = _sync_on_worker(functions)
         if result is None:  # no worker runs: this process syncs
+            offline = True
             result = _sync_here(functions or Path("/functions"))
     except RelayError as exc:
         fail(str(exc))
@@ -154,6 +156,8 @@ def sync(
     for label, names in (("updated", result.updated), ("removed", result.removed)):
         if names:
             out(f"  {label}: {', '.join(names)}")
+    if offline:
+        note("no worker is running: synced in this process")
 
 
 def _sync_on_worker(functions: Path | None) -> GitSyncResult | None:
