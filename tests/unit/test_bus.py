@@ -130,3 +130,25 @@ def test_commands_and_events_are_frozen() -> None:
     cmd = Greet(name="x")
     with pytest.raises(AttributeError):
         cmd.name = "y"  # type: ignore[misc]
+
+
+async def test_a_command_never_waits_behind_another_drain() -> None:
+    release = anyio.Event()
+    seen: list[str] = []
+
+    async def slow_state_view(event: Greeted) -> None:
+        if event.name == "first":
+            await release.wait()
+        seen.append(event.name)
+
+    bus = MessageBus({}, {Greeted: [slow_state_view]})
+    greeter(bus)
+    async with anyio.create_task_group() as tg:
+        bus.emit(Greeted(name="first"))
+        tg.start_soon(bus.drain)  # held by the slow subscriber
+        await anyio.wait_all_tasks_blocked()
+        with anyio.fail_after(5):
+            assert await bus.send(Greet(name="second")) == "hello second"  # did not wait
+        assert seen == []
+        release.set()
+    assert seen == ["first", "second"]  # the running drain delivered both, in order

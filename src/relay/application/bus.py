@@ -7,9 +7,10 @@ for. Facts leave a handler one way: :meth:`MessageBus.emit`, the one event sink
 The bus drains the sink to subscribers. A synchronous subscriber (a metric, a log
 line) sees a fact the moment it is emitted, from any code, the dispatcher's hot
 path included; an asynchronous one (the state view's writes) is queued and the
-queue is drained, in emit order, when the command that emitted it ends and, in a
-running worker, by :meth:`MessageBus.run` as soon as it is woken (a full reconcile
-pass takes minutes and operators see each function become pending, then ready).
+queue is drained, in emit order, when the command that emitted it ends (unless a
+drain is already running, which delivers it) and, in a running worker, by
+:meth:`MessageBus.run` as soon as it is woken (a full reconcile pass takes
+minutes and operators see each function become pending, then ready).
 Subscribers observe; they never decide behaviour, so a subscriber that raises is
 logged and the command still succeeds.
 
@@ -127,9 +128,17 @@ class MessageBus:
                 self._wake.set()
 
     async def drain(self) -> None:
-        """Hand every queued fact to its asynchronous subscribers, in emit order."""
+        """Hand every queued fact to its asynchronous subscribers, in emit order.
+
+        Returns at once when nothing is queued (the delivery hot path's case) or
+        when a drain is already running: that one delivers what was queued since,
+        so a command's end never waits behind another command's state writes."""
+        if not self._queue:
+            return
         if self._draining is None:
             self._draining = anyio.Lock()
+        if self._draining.locked():
+            return
         async with self._draining:
             while self._queue:
                 event = self._queue.popleft()
