@@ -1,6 +1,6 @@
 """``relay dlq replay --function F ...``: replay a selection on the live worker, paced.
 
-Each selected entry is sent to the worker as one ``dlq_replay`` request (the same
+Each selected entry is sent to the worker as one ``ReplayDeadLetter`` command (the same
 one the single-id form sends), one after another, starting replay ``i`` no earlier
 than ``i / rate`` seconds after the first. The worker deletes an entry only after
 its handler succeeded; an entry whose replay fails again is kept. Entries that
