@@ -77,7 +77,6 @@ from relay.application.services import ServiceConverger
 from relay.application.shutdown import COMPLETE, GracefulStop
 from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
-from relay.domain import events as ev
 from relay.domain.execution import PoolSnapshot
 from relay.domain.messages import Command
 from relay.domain.services import RoutingSettings
@@ -146,6 +145,10 @@ def compose(
     runtime's pool events) can be given ``bus.emit`` before they exist here.
     """
     emit = bus.emit
+    breakers = BreakerBoard(clock=clock, registry=registry, emit=emit)
+    for kind, handler in breakers.table().items():
+        bus.register(kind, handler)
+    subscribe_breaker_log(bus)
     reconciler = Reconciler(
         registry=registry,
         source=source,
@@ -156,17 +159,13 @@ def compose(
         emit=emit,
         send=bus.send,
         services=services,
+        breakers=breakers,
     )
     for kind, handler in reconciler.handlers().items():
         bus.register(kind, handler)
     bus.register(
         cmd.ConvergeServices, ServiceConvergence(registry=registry, services=services, emit=emit)
     )
-    breakers = BreakerBoard(clock=clock, registry=registry, emit=emit)
-    for kind, handler in breakers.table().items():
-        bus.register(kind, handler)
-    subscribe_breaker_log(bus)
-    bus.subscribe(ev.FunctionRemoved, lambda e: breakers.forget(e.name))
     dispatcher = MessageDispatcher(
         stream=stream,
         ledger=ledger,

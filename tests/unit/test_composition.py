@@ -246,3 +246,21 @@ async def test_an_asynchronous_subscriber_sees_what_a_command_emitted_before_it_
     world.bus.subscribe(ev.FunctionPrepared, state_view)
     await world.bus.send(commands.ReconcileAll())
     assert seen == ["greeter"]
+
+
+async def test_a_removed_function_forgets_its_breaker_under_its_reconcile(tmp_path: Path) -> None:
+    root = tmp_path / "functions"
+    root.mkdir()
+    fn = function_dir(root)
+    audit: list[tuple[DomainEvent, Command | None]] = []
+    world = FakeWorker(root, audit=lambda e, c: audit.append((e, c)))
+    bus = world.bus
+    await bus.send(commands.ReconcileAll())
+    await bus.send(commands.ForceBreaker(function="greeter", state="open"))
+    fn.rename(tmp_path / "aside")
+    await bus.send(commands.ReconcileFunction(name="greeter"))  # removed
+    (tmp_path / "aside").rename(fn)
+    await bus.send(commands.ReconcileFunction(name="greeter"))  # added again
+    again = await bus.send(commands.GetBreaker(function="greeter"))
+    assert (again.state, again.forced) == ("closed", False)
+    assert violations(audit) == []

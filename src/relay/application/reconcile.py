@@ -70,6 +70,12 @@ class FunctionSlots(Protocol):
     def forget(self, function: str) -> None: ...
 
 
+class FunctionBreakers(Protocol):
+    """The per-function circuit breakers (``relay.application.breakers.BreakerBoard``)."""
+
+    def forget(self, function: str) -> None: ...
+
+
 class Reconciler:
     """The use cases behind ``ReconcileFunction`` and ``ReconcileAll`` (the
     commands of "function prepared" and "function removed"); services converge
@@ -87,12 +93,14 @@ class Reconciler:
         emit: Emit,
         send: Send,
         services: ServiceConverger | None = None,
+        breakers: FunctionBreakers | None = None,
     ) -> None:
         self.registry = registry
         self._source = source
         self._builder = builder
         self._runtime = runtime
         self._slots = slots
+        self._breakers = breakers
         self._clock = clock
         self._emit = emit
         self._send = send
@@ -208,6 +216,8 @@ class Reconciler:
             if loaded:
                 self._runtime.remove(name)
                 self._slots.forget(name)
+                if self._breakers is not None:  # added again, it starts closed
+                    self._breakers.forget(name)
             if self._services is not None:
                 await self._services.remove_function(name)
             if not known:
