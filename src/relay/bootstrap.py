@@ -11,7 +11,6 @@ environment: settings arrive already validated.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from relay.adapters.fs.env_key import load_env_key
 from relay.adapters.fs.functions_dir import nothing_to_serve
 from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.fs.watcher import FunctionsWatcher
+from relay.adapters.git.sync import worker_syncer
 from relay.adapters.git.webhook import git_webhook
 from relay.adapters.ingest.server import IngestServer
 from relay.adapters.ingest.tokens import IngestTokens
@@ -52,36 +52,40 @@ from relay.adapters.sqlite.stats_store import SqliteStatsStore
 from relay.adapters.system import RandomTokenSource, SystemClock
 from relay.application.breakers import BreakerBoard, subscribe_breaker_log
 from relay.application.buffer import MessageBuffer
-from relay.application.bus import MessageBus
+from relay.application.bus import Handler, MessageBus
 from relay.application.concurrency import Slots
 from relay.application.consumer import ConsumerLoop, RecoveryLoop
 from relay.application.control import ControlHandlers, StatsResetter, WorkerHealth
+from relay.application.converge import ServiceConvergence
 from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher
+from relay.application.git_sync import GitSyncing
 from relay.application.invoke import FunctionInvoker
 from relay.application.ports import (
     Clock,
     ContainerRuntime,
     EventStream,
     FunctionSource,
+    GitSyncer,
     ImageBuilder,
     InvocationLedger,
     Invoker,
     OccurrenceHistory,
+    OccurrencePublisher,
     SecretStore,
     TokenSource,
 )
 from relay.application.reconcile import Reconciler
 from relay.application.registry import FunctionRegistry
 from relay.application.replay import DeadLetterReplayer, DeadLetterSource
-from relay.application.scheduler import Scheduler
+from relay.application.scheduler import OccurrencePublishing, Scheduler
 from relay.application.services import ServiceConverger
 from relay.application.shutdown import COMPLETE, GracefulStop
 from relay.application.stats import StatsRecorder
 from relay.domain import commands as cmd
-from relay.domain import events as ev
 from relay.domain.execution import PoolSnapshot
 from relay.domain.handler_context import ingest_env
+from relay.domain.messages import Command
 from relay.domain.services import RoutingSettings
 
 log = structlog.get_logger("relay.bootstrap")
@@ -134,18 +138,27 @@ def compose(
     dead_letters: DeadLetterSource,
     stats: StatsResetter,
     max_event_bytes: int,
+    publisher: OccurrencePublisher,
     slot_wait_s: float = 10.0,
     history: OccurrenceHistory | None = None,
     services: ServiceConverger | None = None,
     dispatch_runtime: Invoker | None = None,
+    git: GitSyncer | None = None,
 ) -> Composition:
-    """Register exactly one handler per command on ``bus``.
+    """Register exactly one handler per command on ``bus``; every use case emits
+    into the bus's one sink (``bus.emit``) and orders the changes it decides with
+    ``bus.send``.
 
-    The bus is created by the caller first so adapters that publish events (the
-    runtime's pool events) can be given ``bus.publish`` before they exist here.
+    The bus is created by the caller first so adapters that emit events (the
+    runtime's pool events) can be given ``bus.emit`` before they exist here.
     ``dispatch_runtime`` runs delivery's attempts (the traced wrapper of
     ``runtime`` when tracing is on; by default ``runtime`` itself).
     """
+    emit = bus.emit
+    breakers = BreakerBoard(clock=clock, registry=registry, emit=emit)
+    for kind, handler in breakers.table().items():
+        bus.register(kind, handler)
+    subscribe_breaker_log(bus)
     reconciler = Reconciler(
         registry=registry,
         source=source,
@@ -153,16 +166,16 @@ def compose(
         runtime=runtime,
         slots=slots,
         clock=clock,
-        publish=bus.publish,
+        emit=emit,
+        send=bus.send,
         services=services,
+        breakers=breakers,
     )
     for kind, handler in reconciler.handlers().items():
         bus.register(kind, handler)
-    breakers = BreakerBoard(clock=clock, registry=registry, notify=bus.notify)
-    for kind, handler in breakers.table().items():
-        bus.register(kind, handler)
-    subscribe_breaker_log(bus)
-    bus.subscribe(ev.FunctionRemoved, lambda e: breakers.forget(e.name))
+    bus.register(
+        cmd.ConvergeServices, ServiceConvergence(registry=registry, services=services, emit=emit)
+    )
     dispatcher = MessageDispatcher(
         stream=stream,
         ledger=ledger,
@@ -174,37 +187,49 @@ def compose(
         tokens=tokens,
         max_event_bytes=max_event_bytes,
         slot_wait_s=slot_wait_s,
-        notify=bus.notify,
+        notify=emit,
         history=history,
         breakers=breakers,
     )
     bus.register(cmd.DispatchMessage, dispatcher)
     bus.register(cmd.DispatchBatch, dispatcher.handle_batch)
     subscribe_delivery_log(bus)
-    invoker = FunctionInvoker(
-        registry=registry,
-        runtime=runtime,
-        slots=slots,
-        secrets=secrets,
-        clock=clock,
-        tokens=tokens,
-    )
-    bus.register(cmd.InvokeFunction, invoker)
-    bus.register(
-        cmd.ReplayDeadLetter,
-        DeadLetterReplayer(
-            dead_letters=dead_letters,
-            registry=registry,
-            runtime=runtime,
-            slots=slots,
-            secrets=secrets,
-        ),
-    )
+    for kind, handler in _operator_handlers(
+        bus, registry=registry, runtime=runtime, slots=slots, secrets=secrets, clock=clock,
+        tokens=tokens, dead_letters=dead_letters,
+    ).items():
+        bus.register(kind, handler)
+    bus.register(cmd.PublishOccurrence, OccurrencePublishing(publisher=publisher, emit=emit))
+    bus.register(cmd.SyncGit, GitSyncing(syncer=git, emit=emit))
     health = WorkerHealth()
     control = ControlHandlers(pools=runtime, stats=stats, health=health)
     for kind, handler in control.table().items():
         bus.register(kind, handler)
     return Composition(bus=bus, registry=registry, reconciler=reconciler, health=health)
+
+
+def _operator_handlers(
+    bus: MessageBus,
+    *,
+    registry: FunctionRegistry,
+    runtime: ContainerRuntime,
+    slots: Slots,
+    secrets: SecretStore,
+    clock: Clock,
+    tokens: TokenSource,
+    dead_letters: DeadLetterSource,
+) -> dict[type[Command], Handler]:
+    """The handlers of what an operator runs by hand on the live worker, outside
+    delivery: ``relay function invoke`` and ``relay dlq replay``."""
+    invoker = FunctionInvoker(
+        registry=registry, runtime=runtime, slots=slots, secrets=secrets, clock=clock,
+        tokens=tokens, emit=bus.emit,
+    )
+    replayer = DeadLetterReplayer(
+        dead_letters=dead_letters, registry=registry, runtime=runtime, slots=slots,
+        secrets=secrets, emit=bus.emit,
+    )
+    return {cmd.InvokeFunction: invoker, cmd.ReplayDeadLetter: replayer}
 
 
 @dataclass
@@ -305,7 +330,7 @@ async def build_worker(
             idle_timeout_s=settings.warm_idle_timeout_ns / 1e9,
             output=output,
             max_containers=settings.max_concurrency,
-            observer=bus.notify,
+            observer=bus.emit,
             direct_dir=_direct_dir(
                 docker, paths.direct_dir, shared=paths.shared_direct_dir is not None
             ),
@@ -339,17 +364,17 @@ async def build_worker(
             history=broker.history,
             services=services,
             dispatch_runtime=None if tracing is None else tracing.invoker(runtime),
+            publisher=broker.publisher,
+            git=worker_syncer(paths.state_dir, functions_dir),
         )
-        if tracing is not None:
-            tracing.traces.subscribe(bus)
-        subscribe(bus, metrics)
-        subscribe_breakers(bus, metrics.registry)
-        metrics.watch_pools(lambda: _pool_snapshots(runtime))
+        _observe(bus, metrics, tracing, lambda: _pool_snapshots(runtime))
         state_view = SqliteStateView(paths.database)
         # Functions the previous process served: those deleted while Relay was down
         # get their images retired by the first full pass.
         composition.reconciler.add_leftovers(await state_view.open())
         stack.push_async_callback(_shielded(state_view.aclose))
+        # LIFO: once every loop stopped, what they emitted last reaches the state view
+        stack.push_async_callback(_shielded(bus.drain))
         state_view.subscribe(bus)
         history = _run_history(bus, paths.database, settings)
         # bound before the runtime's task group: a taken port fails start-up in one line
@@ -377,6 +402,20 @@ async def build_worker(
             broker, history, secret_store, settings, lambda: _pool_snapshots(runtime)
         )
         yield worker
+
+
+def _observe(
+    bus: MessageBus,
+    metrics: Metrics,
+    tracing: Any,
+    pools: Callable[[], dict[str, PoolSnapshot]],
+) -> None:
+    """The synchronous observers: traces (when on), metrics and the breaker gauges."""
+    if tracing is not None:
+        tracing.traces.subscribe(bus)
+    subscribe(bus, metrics)
+    subscribe_breakers(bus, metrics.registry)
+    metrics.watch_pools(pools)
 
 
 def _run_history(bus: MessageBus, database: Path, settings: Any) -> RunHistory:
@@ -474,7 +513,7 @@ def _add_loops(
         stream,
         dispatch,
         buffer,
-        publish=bus.publish,
+        emit=bus.emit,
         interval_s=settings.recovery.interval_s,
         min_idle_ms=settings.recovery.min_idle_ms,
     )
@@ -489,6 +528,7 @@ def _add_loops(
     worker.composition.health.explain("functions", lambda: nothing_to_serve(functions_dir))
     control = ControlServer(lock, bus.send)
     worker.loops += [
+        ("events", bus.run),
         ("control", control.serve),
         ("stats", stats.run),
         ("watcher", FunctionsWatcher(functions_dir, on_change, on_full_pass).run),
@@ -500,9 +540,7 @@ def _add_loops(
         server = MetricsServer(metrics, str(settings.metrics_addr))
         worker.loops.append(("metrics", server.run))
     worker.loops += broker.loops
-    scheduler = Scheduler(
-        registry=worker.registry, publisher=broker.publisher, clock=clock, notify=bus.notify
-    )
+    scheduler = Scheduler(registry=worker.registry, clock=clock, send=bus.send)
     worker.loops.append(("scheduler", scheduler.run))
 
 
@@ -518,10 +556,9 @@ async def _git_webhook(
         host=addr.host,
         port=addr.port,
         state_dir=settings.paths.state_dir,
-        functions_dir=functions_dir,
         secrets=FileSecretStore(settings.paths.secrets_dir),
-        notify=bus.notify,
-        clock=time.time,
+        send=bus.send,
+        emit=bus.emit,
     )
     if wired is None:
         return []
@@ -561,7 +598,7 @@ async def _ingest(
         ingest.addr.port,
         publisher=broker.events,
         tokens=tokens,
-        notify=bus.notify,
+        notify=bus.emit,
         max_event_bytes=settings.max_event_bytes,
         max_body_bytes=ingest.max_body_bytes,
         max_requests=ingest.max_requests,

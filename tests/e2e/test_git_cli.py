@@ -287,6 +287,7 @@ def test_sync_replaces_exactly_removes_what_left_and_an_empty_source_empties(
     assert code == 0, err
     assert sorted(p.name for p in operator.functions.iterdir()) == ["hello", "second"]
     assert "removed: by-hand" in out
+    assert err == "relay: note: no worker is running: synced in this process\n"
     repo.commit({}, remove=("hello",))
     code, out, err = operator.sync()
     assert code == 0, err

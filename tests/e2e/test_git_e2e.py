@@ -105,11 +105,13 @@ def test_a_pushed_commit_is_served_after_a_signed_webhook_and_a_cli_sync_while_r
     send_event(sync_redis, stream, {"kind": "greet"})
     worker.wait_for(r": greeting from v2$")
 
-    # a CLI sync while the worker runs: the watcher picks it up (here: a removal)
+    # a CLI sync while the worker runs is sent to it (SyncGit over the control
+    # socket), and the watcher picks up what it changed (here: a removal)
     gone = repo.commit({}, remove=("greeter",))
     synced = run_relay(["git", "sync", "--functions", str(functions_dir)], worker.admin_env)
     assert synced.returncode == 0, synced.stderr
     assert "removed: greeter" in synced.stdout
+    worker.wait_for(r"msg=git_sync_started trigger=cli")
     worker.wait_for(r"msg=function_removed function=greeter", timeout=60)
 
     health = run_relay(["health"], worker.admin_env)
@@ -117,7 +119,7 @@ def test_a_pushed_commit_is_served_after_a_signed_webhook_and_a_cli_sync_while_r
     assert health.stdout.splitlines()[0] == "ok"
     assert health.stdout.splitlines()[1].startswith(f"git: commit {gone}; last sync ")
     assert metric(metrics_port, 'git_syncs_total{outcome="success"}') == (
-        'git_syncs_total{outcome="success"} 1.0'
+        'git_syncs_total{outcome="success"} 2.0'  # the webhook's and the CLI's, both the worker's
     )
     assert metric(metrics_port, 'git_webhook_deliveries_total{outcome="accepted"}') == (
         'git_webhook_deliveries_total{outcome="accepted"} 1.0'

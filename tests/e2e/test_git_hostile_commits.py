@@ -14,11 +14,11 @@ from structlog.testing import capture_logs
 
 from relay.adapters.git.files import GitPaths
 from relay.adapters.git.sync import GitSyncService
-from relay.application.git_sync import SyncScheduler
 from relay.domain.events import GitSyncFinished
 from relay.domain.git import SyncSummary
 from relay.domain.messages import DomainEvent
 from tests.e2e.test_git_cli import TEMPLATE, Operator, operator, repo  # noqa: F401
+from tests.fakes_compose import sync_loop
 from tests.gitbed import BareRepo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.git]
@@ -96,7 +96,7 @@ async def test_the_worker_sync_loop_survives_a_non_utf8_name_and_keeps_the_last_
     async def sync() -> SyncSummary:
         return (await service.sync()).summary()
 
-    scheduler = SyncScheduler(sync, notify)
+    scheduler = sync_loop(sync, notify)
     with capture_logs() as logs:
         async with anyio.create_task_group() as tg:
             await tg.start(scheduler.run)

@@ -69,13 +69,13 @@ class BrokerWorld:
         self.slots = Slots(16, wait_s=0.05)
         self.bus = MessageBus({})
         self.breakers = BreakerBoard(
-            clock=self.clock, registry=self.registry, notify=self.bus.notify
+            clock=self.clock, registry=self.registry, emit=self.bus.emit
         )
         self.dispatcher = MessageDispatcher(
             stream=self.stream, ledger=self.ledger, registry=self.registry,
             runtime=self.runtime, slots=self.slots, secrets=InMemorySecretStore(),
             clock=self.clock, tokens=RandomTokenSource(), max_event_bytes=max_event_bytes,
-            slot_wait_s=0.05, notify=self.bus.notify, lease_grace_ms=500,
+            slot_wait_s=0.05, notify=self.bus.emit, lease_grace_ms=500,
             history=SqliteOccurrenceHistory(self.store, "events"),  # as relay start wires it
             breakers=self.breakers,
         )

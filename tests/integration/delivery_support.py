@@ -78,7 +78,7 @@ class RedisWorld:
             tokens=RandomTokenSource(),
             max_event_bytes=1024,
             slot_wait_s=1.0,
-            notify=self.bus.notify,
+            notify=self.bus.emit,
             history=RedisOccurrenceHistory(client, self.stream_name, "relay"),  # as relay start
         )
         self.bus.register(DispatchMessage, self.dispatcher)

@@ -181,11 +181,9 @@ async def test_a_deleted_pending_body_is_counted_and_dropped_never_run(
     await bytes_redis.xdel(world.stream_name, gone)
     published: list[Any] = []
 
-    async def publish(events: Any) -> None:
-        published.extend(events)
-
     loop = RecoveryLoop(
-        world.stream, world.dispatch_batch, MessageBuffer(4), publish=publish, min_idle_ms=0
+        world.stream, world.dispatch_batch, MessageBuffer(4), emit=published.append,
+        min_idle_ms=0,
     )
     async with anyio.create_task_group() as tg:
         assert await loop.tick(tg) == 0

@@ -381,7 +381,7 @@ class StandInWorker:
                 data = b""
                 while not data.endswith(b"\n"):
                     data += conn.recv(65536)
-                entry_id = json.loads(data)["entry_id"]
+                entry_id = json.loads(data)["command"]["entry_id"]
                 self.requests.append(entry_id)
                 self._client.xdel(f"relay:{self._stream}:dlq", entry_id)
                 conn.sendall(b'{"ok": true, "result": {}}\n')

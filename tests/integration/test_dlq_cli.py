@@ -323,7 +323,9 @@ def test_replay_goes_through_the_worker_and_deletes_only_on_success(
         result = relay(redis_url, stream, "replay", entry_id, run_dir=run_dir)
     finally:
         worker.close()
-    assert worker.requests == [{"op": "dlq_replay", "entry_id": entry_id}]
+    assert worker.requests == [
+        {"v": 1, "command": {"cmd": "replay_dead_letter", "entry_id": entry_id}}
+    ]
     assert result.returncode == code, result.stderr
     remaining = dlq_ids(client, stream)
     assert remaining == ([entry_id, other] if kept else [other])

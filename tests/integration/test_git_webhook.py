@@ -23,10 +23,10 @@ from relay.adapters.git.webhook import WebhookServer
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.subscribers import subscribe
 from relay.application.bus import MessageBus
-from relay.application.git_sync import SyncScheduler
 from relay.domain.errors import RelayError
 from relay.domain.git import GitSource, SyncSummary
 from tests.e2e.harness import run_relay
+from tests.fakes_compose import sync_loop
 
 pytestmark = pytest.mark.anyio
 
@@ -120,10 +120,10 @@ async def endpoint(
     metrics = Metrics()
     subscribe(bus, metrics)
     sync = GatedSync()
-    scheduler = SyncScheduler(sync, bus.notify)
+    scheduler = sync_loop(sync, lambda _e: None, bus)
     server = WebhookServer(
         "127.0.0.1", 0, source=source, secrets=FileSecretStore(secrets_dir),
-        request_sync=scheduler.request, notify=bus.notify, max_body_bytes=64 * 1024,
+        request_sync=scheduler.request, notify=bus.emit, max_body_bytes=64 * 1024,
     )
     async with anyio.create_task_group() as tg, aiohttp.ClientSession() as http:
         await tg.start(scheduler.run)

@@ -19,8 +19,8 @@ from relay.adapters.git.webhook import WebhookServer
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.subscribers import subscribe
 from relay.application.bus import MessageBus
-from relay.application.git_sync import SyncScheduler
 from relay.domain.git import GitSource
+from tests.fakes_compose import sync_loop
 from tests.integration.test_git_webhook import (
     REPO,
     SECRET_NAME,
@@ -56,10 +56,10 @@ async def limited(tmp_path: Path) -> AsyncIterator[Endpoint]:
     metrics = Metrics()
     subscribe(bus, metrics)
     sync = GatedSync()
-    scheduler = SyncScheduler(sync, bus.notify)
+    scheduler = sync_loop(sync, lambda _e: None, bus)
     server = WebhookServer(
         "127.0.0.1", 0, source=GitSource(repository=REPO, webhook_secret=SECRET_NAME),
-        secrets=FileSecretStore(secrets), request_sync=scheduler.request, notify=bus.notify,
+        secrets=FileSecretStore(secrets), request_sync=scheduler.request, notify=bus.emit,
         max_body_bytes=BODY_CAP, max_connections=4, max_waiting=8, read_deadline_s=1.0,
     )
     async with anyio.create_task_group() as tg, aiohttp.ClientSession() as http:

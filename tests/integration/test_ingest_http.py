@@ -107,7 +107,7 @@ async def ingest(tmp_path: Path) -> AsyncIterator[Ingest]:
     subscribe_ingest(bus, registry)
     server = IngestServer(
         "127.0.0.1", 0, publisher=publisher, tokens=IngestTokens(secrets, SECRET, refresh_s=0),
-        notify=bus.notify, max_event_bytes=MAX_EVENT, max_body_bytes=MAX_BODY,
+        notify=bus.emit, max_event_bytes=MAX_EVENT, max_body_bytes=MAX_BODY,
         max_requests=2, read_deadline_s=1.0, waiting=8,
     )
     try:

@@ -35,7 +35,7 @@ async def _serve(
     subscribe_ingest(bus, registry)
     server = IngestServer(
         "127.0.0.1", 0, publisher=RedisEventPublisher(client, stream),
-        tokens=IngestTokens(FileSecretStore(tmp / "secrets"), None), notify=bus.notify,
+        tokens=IngestTokens(FileSecretStore(tmp / "secrets"), None), notify=bus.emit,
         max_event_bytes=1024, read_deadline_s=5.0,
     )
     try:

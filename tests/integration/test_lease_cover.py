@@ -95,7 +95,7 @@ async def test_a_cold_start_never_eats_into_the_handlers_lease(
             tokens=RandomTokenSource(),
             max_event_bytes=1024,
             slot_wait_s=0.01,
-            notify=bus.notify,
+            notify=bus.emit,
             lease_grace_ms=150,
         )
         bus.register(DispatchMessage, dispatcher)

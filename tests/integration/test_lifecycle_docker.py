@@ -26,7 +26,9 @@ from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
 from relay.application.reconcile import FAILED, PREPARED, REMOVED, Reconciler
 from relay.application.registry import FunctionRegistry
+from relay.domain.commands import ReconcileAll, ReconcileFunction
 from relay.entrypoints.cli.fn_catalog import render_inspect
+from tests.fakes_compose import reconciler_on
 from tests.integration.runtime_support import Captured, poll, remove_worker_containers, request
 from tests.testbed import DockerCleanup
 
@@ -58,6 +60,11 @@ class Lifecycle:
     runtime: DockerContainerRuntime
     captured: Captured
     docker: aiodocker.Docker
+    bus: MessageBus
+
+    async def reconcile(self, name: str) -> str:
+        result: str = await self.bus.send(ReconcileFunction(name=name))
+        return result
 
     def write(self, version: str) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -108,17 +115,18 @@ async def lifecycle(
                 await view.open()
                 bus = MessageBus({})
                 view.subscribe(bus)
-                reconciler = Reconciler(
+                reconciler = reconciler_on(
+                    bus,
                     registry=FunctionRegistry(),
                     source=FsFunctionSource(functions),
                     builder=DockerImageBuilder(docker, labels=docker_cleanup.labels),
                     runtime=runtime,
                     slots=Slots(max_concurrency=8),
                     clock=SystemClock(),
-                    publish=bus.publish,
                 )
                 yield Lifecycle(
-                    unique, functions / unique, state_dir, reconciler, runtime, captured, docker
+                    unique, functions / unique, state_dir, reconciler, runtime, captured, docker,
+                    bus,
                 )
                 await view.aclose()
         finally:
@@ -127,7 +135,7 @@ async def lifecycle(
 
 async def test_a_broken_edit_keeps_the_old_version_serving(lifecycle: Lifecycle) -> None:
     lifecycle.write("one")
-    assert await lifecycle.reconciler.reconcile_function(lifecycle.name) == PREPARED
+    assert await lifecycle.reconcile(lifecycle.name) == PREPARED
     await lifecycle.invoke()
     assert lifecycle.versions() == ["one"]
     first = lifecycle.reconciler.registry.get(lifecycle.name)
@@ -135,7 +143,7 @@ async def test_a_broken_edit_keeps_the_old_version_serving(lifecycle: Lifecycle)
 
     lifecycle.write("two")
     (lifecycle.directory / "requirements.txt").write_text("this is == not a requirement\n")
-    assert await lifecycle.reconciler.reconcile_function(lifecycle.name) == FAILED
+    assert await lifecycle.reconcile(lifecycle.name) == FAILED
 
     assert lifecycle.reconciler.registry.get(lifecycle.name) == first
     await lifecycle.invoke()
@@ -147,7 +155,7 @@ async def test_a_broken_edit_keeps_the_old_version_serving(lifecycle: Lifecycle)
     assert f"Image:           {first.image}" in lines
 
     (lifecycle.directory / "requirements.txt").unlink()
-    assert await lifecycle.reconciler.reconcile_function(lifecycle.name) == PREPARED
+    assert await lifecycle.reconcile(lifecycle.name) == PREPARED
     await lifecycle.invoke()
     assert lifecycle.versions()[-1] == "two"
     assert any(line.startswith("Last reconcile:  success (") for line in lifecycle.inspect())
@@ -157,7 +165,7 @@ async def test_removal_drains_in_flight_work_then_removes_the_image(
     lifecycle: Lifecycle,
 ) -> None:
     lifecycle.write("one")
-    assert await lifecycle.reconciler.reconcile_function(lifecycle.name) == PREPARED
+    assert await lifecycle.reconcile(lifecycle.name) == PREPARED
     active = lifecycle.reconciler.registry.get(lifecycle.name)
     assert active is not None
     assert active.image is not None
@@ -169,13 +177,13 @@ async def test_removal_drains_in_flight_work_then_removes_the_image(
         for path in lifecycle.directory.iterdir():
             path.unlink()
         lifecycle.directory.rmdir()
-        assert await lifecycle.reconciler.reconcile_function(lifecycle.name) == REMOVED
+        assert await lifecycle.reconcile(lifecycle.name) == REMOVED
         assert lifecycle.reconciler.registry.get(lifecycle.name) is None
         assert await lifecycle.image_exists(image)  # in use by the busy container
     assert lifecycle.versions() == ["one"]  # the in-flight invocation finished
 
     async def gone() -> bool:
-        await lifecycle.reconciler.reconcile_all()  # the periodic pass retries the retire
+        await lifecycle.bus.send(ReconcileAll())  # the periodic pass retries the retire
         return not await lifecycle.image_exists(image)
 
     await poll(gone, timeout_s=30, what="image removed")

@@ -36,9 +36,11 @@ from relay.application.concurrency import Slots
 from relay.application.reconcile import FAILED, PREPARED, UNCHANGED, Reconciler
 from relay.application.registry import FunctionRegistry
 from relay.application.services import ServiceConverger
+from relay.domain.commands import ReconcileFunction
 from relay.domain.services import RoutingSettings
 from relay.entrypoints.cli.fn_catalog import render_inspect
 from tests.fakes import InMemorySecretStore
+from tests.fakes_compose import reconciler_on
 from tests.integration.runtime_support import poll, remove_worker_containers
 from tests.testbed import DockerCleanup
 
@@ -83,6 +85,7 @@ class Bed:
     secrets: InMemorySecretStore
     docker: aiodocker.Docker
     containers: DockerServiceContainers
+    bus: MessageBus
 
     def write_node(self, *, mode: str = "a", replicas: int = 2) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -91,7 +94,8 @@ class Bed:
         (self.directory / "template.yaml").write_text(template)
 
     async def reconcile(self) -> str:
-        return await self.reconciler.reconcile_function(self.name)
+        result: str = await self.bus.send(ReconcileFunction(name=self.name))
+        return result
 
     async def running(self) -> list[Any]:
         found = []
@@ -151,14 +155,14 @@ async def bed(tmp_path: Path, unique: str, docker_cleanup: DockerCleanup) -> Asy
                     env_key=b"k" * 32,
                     clock=clock,
                 )
-                reconciler = Reconciler(
+                reconciler = reconciler_on(
+                    bus,
                     registry=FunctionRegistry(),
                     source=FsFunctionSource(functions),
                     builder=DockerImageBuilder(docker, labels=docker_cleanup.labels),
                     runtime=runtime,
                     slots=Slots(max_concurrency=8),
                     clock=clock,
-                    publish=bus.publish,
                     services=services,
                 )
                 yield Bed(
@@ -169,6 +173,7 @@ async def bed(tmp_path: Path, unique: str, docker_cleanup: DockerCleanup) -> Asy
                     secrets,
                     docker,
                     containers,
+                    bus,
                 )
                 await view.aclose()
         finally:

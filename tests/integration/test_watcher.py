@@ -10,9 +10,10 @@ import pytest
 
 from relay.adapters.fs.discovery import FsFunctionSource
 from relay.adapters.fs.watcher import FunctionsWatcher
-from relay.application.reconcile import Reconciler
+from relay.application.bus import MessageBus
 from relay.application.registry import FunctionRegistry
 from tests.fakes import FakeClock, InMemoryContainerRuntime, InMemoryImageBuilder, InMemorySlots
+from tests.fakes_compose import reconciler_on
 
 pytestmark = pytest.mark.anyio
 
@@ -104,17 +105,14 @@ async def test_the_periodic_pass_catches_a_change_the_watch_missed(tmp_path: Pat
     registry = FunctionRegistry()
     runtime = InMemoryContainerRuntime()
 
-    async def publish(_events: object) -> None:
-        return None
-
-    reconciler = Reconciler(
+    reconciler = reconciler_on(
+        MessageBus({}),
         registry=registry,
         source=FsFunctionSource(functions),
         builder=InMemoryImageBuilder(),
         runtime=runtime,
         slots=InMemorySlots(),
         clock=FakeClock(),
-        publish=publish,
     )
 
     async def drop(_name: str) -> None:  # every watch event is lost

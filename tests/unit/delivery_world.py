@@ -78,7 +78,7 @@ class World:
         self.history = InMemoryOccurrenceHistory(self.stream, self.ledger, self.publisher)
         self.bus = MessageBus({})
         self.breakers = BreakerBoard(
-            clock=self.clock, registry=self.registry, notify=self.bus.notify
+            clock=self.clock, registry=self.registry, emit=self.bus.emit
         )
         self.dispatcher = MessageDispatcher(
             stream=self.stream,
@@ -91,7 +91,7 @@ class World:
             tokens=SequentialTokens(),
             max_event_bytes=max_event_bytes,
             slot_wait_s=slot_wait_s,
-            notify=self.bus.notify,
+            notify=self.bus.emit,
             history=self.history,
             breakers=self.breakers,
         )

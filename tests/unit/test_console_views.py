@@ -63,7 +63,7 @@ def test_functions_show_status_version_breaker_and_schedule_times(tmp_path: Path
     breakers = views.Breakers()
     bus = MessageBus({})
     breakers.subscribe(bus)
-    bus.notify(ev.BreakerOpened(function="nightly", cause="failures", failures=5,
+    bus.emit(ev.BreakerOpened(function="nightly", cause="failures", failures=5,
                                 cooldown_s=30))
     pools = {"nightly": PoolSnapshot(capacity=4, containers=3, busy=2, idle=1, starting=0,
                                      warm_acquires=9, cold_starts=3, discarded=0)}
@@ -77,6 +77,6 @@ def test_functions_show_status_version_breaker_and_schedule_times(tmp_path: Path
     assert nightly_schedule["cron"] == "0 3 * * *"
     assert nightly_schedule["last"] == "2027-01-15T03:00:00Z"
     assert nightly_schedule["next"] == "2027-01-16T03:00:00Z"
-    bus.notify(ev.BreakerClosed(function="nightly", cause="probe_succeeded"))
+    bus.emit(ev.BreakerClosed(function="nightly", cause="probe_succeeded"))
     assert breakers.open == []
     db.close()

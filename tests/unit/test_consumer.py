@@ -175,10 +175,9 @@ async def test_recovery_hands_idle_messages_back_and_drops_deleted_ones() -> Non
     async def dispatch(message: StreamMessage) -> None:
         seen.append(message)
 
-    async def publish(events: Sequence[DomainEvent]) -> None:
-        published.extend(events)
-
-    loop = RecoveryLoop(stream, one_by_one(dispatch), buffer, publish=publish, interval_s=0.01)
+    loop = RecoveryLoop(
+        stream, one_by_one(dispatch), buffer, emit=published.append, interval_s=0.01
+    )
     async with anyio.create_task_group() as tg:
         handed = await loop.tick(tg)
     assert handed == 1

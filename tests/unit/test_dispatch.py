@@ -387,7 +387,7 @@ def _dispatcher_on(world: World) -> MessageDispatcher:
         clock=world.clock,
         tokens=SequentialTokens(),
         max_event_bytes=1024,
-        notify=world.bus.notify,
+        notify=world.bus.emit,
     )
     world.bus = MessageBus({})
     world.bus.register(DispatchMessage, dispatcher)

@@ -168,6 +168,7 @@ async def test_an_invoke_gets_one_made_up_message_id_per_command_and_attempt_one
         secrets=InMemorySecretStore(),
         clock=FakeClock(),
         tokens=SequentialTokens(),
+        emit=lambda _e: None,
     )
     bus = MessageBus({InvokeFunction: invoker})
     await bus.send(InvokeFunction(function="users", event={"table": "users"}))

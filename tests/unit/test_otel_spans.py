@@ -54,7 +54,7 @@ class Traced:
             tokens=SequentialTokens(),
             max_event_bytes=1024,
             slot_wait_s=0.05,
-            notify=self.bus.notify,
+            notify=self.bus.emit,
         )
         self.bus.register(DispatchMessage, dispatcher)
         self.traces.subscribe(self.bus)
@@ -93,7 +93,7 @@ async def test_a_message_with_a_traceparent_joins_the_producers_trace() -> None:
 
     def acquire_then_run(request: InvocationRequest) -> InvocationResult:
         # the Docker pool notifies its acquire from inside invoke, in the same task
-        t.bus.notify(ev.ContainerAcquired(function="users", outcome="cold", wait_s=0.25))
+        t.bus.emit(ev.ContainerAcquired(function="users", outcome="cold", wait_s=0.25))
         handlers.append(request)
         return InvocationResult(ok=True, duration_s=0.01)
 

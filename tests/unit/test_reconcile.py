@@ -9,8 +9,6 @@ from typing import Any
 import anyio
 import pytest
 
-from relay.adapters.fs.discovery import FsFunctionSource
-from relay.application.bus import MessageBus
 from relay.application.reconcile import (
     FAILED,
     PREPARED,
@@ -18,10 +16,8 @@ from relay.application.reconcile import (
     SKIPPED,
     UNCHANGED,
     WAITING,
-    Reconciler,
 )
-from relay.application.registry import FunctionRegistry
-from relay.domain.commands import PrepareFunction, ReconcileAll, ReconcileFunction, RemoveFunction
+from relay.domain.commands import ReconcileAll, ReconcileFunction
 from relay.domain.events import (
     FunctionDiscovered,
     FunctionPrepared,
@@ -30,7 +26,7 @@ from relay.domain.events import (
     FunctionSkipped,
 )
 from relay.domain.messages import DomainEvent
-from tests.fakes import FakeClock, InMemoryContainerRuntime, InMemoryImageBuilder, InMemorySlots
+from tests.fakes_compose import FakeWorker
 
 pytestmark = pytest.mark.anyio
 
@@ -49,24 +45,20 @@ events:
 
 
 class World:
+    """The worker as ``bootstrap.compose()`` wires it, on fakes; the reconciler's
+    facts are recorded in ``events``."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.registry = FunctionRegistry()
-        self.builder = InMemoryImageBuilder()
-        self.runtime = InMemoryContainerRuntime()
-        self.slots = InMemorySlots(max_concurrency=8)
-        self.clock = FakeClock()
+        self.worker = FakeWorker(root)
+        self.registry = self.worker.registry
+        self.builder = self.worker.builder
+        self.runtime = self.worker.runtime
+        self.slots = self.worker.slots
+        self.clock = self.worker.clock
+        self.reconciler = self.worker.composition.reconciler
+        self.bus = self.worker.bus
         self.events: list[DomainEvent] = []
-        self.reconciler = Reconciler(
-            registry=self.registry,
-            source=FsFunctionSource(root),
-            builder=self.builder,
-            runtime=self.runtime,
-            slots=self.slots,
-            clock=self.clock,
-            publish=lambda events: self.bus.publish(events),  # noqa: PLW0108 - bus made below
-        )
-        self.bus = MessageBus(self.reconciler.handlers())
         for kind in (
             FunctionDiscovered,
             FunctionPrepared,
@@ -98,12 +90,7 @@ def world(tmp_path: Path) -> World:
 
 
 async def test_every_lifecycle_command_has_a_handler(world: World) -> None:
-    assert world.bus.handled_commands == {
-        PrepareFunction,
-        RemoveFunction,
-        ReconcileFunction,
-        ReconcileAll,
-    }
+    assert set(world.reconciler.handlers()) == {ReconcileFunction, ReconcileAll}
 
 
 async def test_a_new_function_is_pending_until_prepared_then_serves(world: World) -> None:
@@ -138,7 +125,7 @@ async def test_a_new_function_is_pending_until_prepared_then_serves(world: World
     assert active.image is not None
     assert active.image.startswith("relay-fn-user-events:")
     assert world.runtime.active["user-events"] == (active.image, "python3.14", 2)
-    assert world.slots.limits["user-events"] == 2
+    assert world.slots.capacity("user-events") == 2
     [prepared] = world.of(FunctionPrepared)
     assert prepared.fingerprint == active.fingerprint
     assert len(prepared.fingerprint) == 64
@@ -286,7 +273,7 @@ async def test_removal_drops_the_function_and_retires_its_images(world: World) -
 
     assert world.registry.get("fn") is None
     assert world.runtime.removed == ["fn"]
-    assert "fn" in world.slots.forgotten
+    assert world.slots.capacity("fn") == world.slots.max_concurrency  # its limit is gone
     assert ("fn", ()) in world.builder.retired
     [removed] = world.of(FunctionRemoved)
     assert removed.name == "fn"
@@ -304,7 +291,7 @@ async def test_a_concurrency_change_resizes_slots_and_pool(world: World) -> None
 
     assert await world.send(ReconcileFunction(name="fn")) == PREPARED
 
-    assert world.slots.limits["fn"] == 8  # min(15, MAX_CONCURRENCY)
+    assert world.slots.capacity("fn") == 8  # min(15, MAX_CONCURRENCY)
     assert world.runtime.active["fn"][2] == 8
 
 

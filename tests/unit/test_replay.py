@@ -95,14 +95,17 @@ def setup(
     runtime = InMemoryContainerRuntime()
     runtime.activate("users", "relay-fn-users:abc", "python3.14", 2)
     dead_letters = InMemoryDeadLetters(entries)
+    bus = MessageBus({})
     replayer = DeadLetterReplayer(
         dead_letters=dead_letters,
         registry=registry,
         runtime=runtime,
         slots=Slots(4),
         secrets=InMemorySecretStore({"api-token": "s3cret"}),
+        emit=bus.emit,
     )
-    return MessageBus({ReplayDeadLetter: replayer}), runtime, dead_letters
+    bus.register(ReplayDeadLetter, replayer)
+    return bus, runtime, dead_letters
 
 
 async def test_success_runs_exactly_the_recorded_handler_then_deletes_the_entry() -> None:

@@ -44,8 +44,8 @@ def _ok(n: int, duration: float = 0.1, function: str = "fn") -> ev.InvocationSuc
 async def test_subscriber_only_queues_and_the_flush_writes(tmp_path: Path) -> None:
     clock = FakeClock()
     bus, history = _history(tmp_path, clock)
-    bus.notify(_ok(1))
-    bus.notify(ev.InvocationFailed(function="fn", handler="h", message_id="1-2", attempt=1,
+    bus.emit(_ok(1))
+    bus.emit(ev.InvocationFailed(function="fn", handler="h", message_id="1-2", attempt=1,
                                    duration_s=0.2, error="boom"))
     assert not (tmp_path / "db.sqlite3").exists()  # nothing written on the delivery path
     assert await history.flush() == 2
@@ -61,7 +61,7 @@ async def test_a_full_queue_drops_and_counts_never_blocks(tmp_path: Path) -> Non
     clock = FakeClock()
     bus, history = _history(tmp_path, clock, capacity=3)
     for n in range(5):
-        bus.notify(_ok(n))
+        bus.emit(_ok(n))
     assert history.dropped == 2
     assert await history.flush() == 3
     await history.aclose()
@@ -72,16 +72,16 @@ async def test_pruning_keeps_the_newest_limit_and_the_retention_window(tmp_path:
     settings = RunHistorySettings(limit=3, retention_s=3600, rollup_retention_s=7200)
     bus, history = _history(tmp_path, clock, settings=settings)
     for n in range(5):
-        bus.notify(_ok(n))
+        bus.emit(_ok(n))
     await history.flush()
     db = open_db(tmp_path / "db.sqlite3")
     assert [r.message_id for r in recent_runs(db)] == ["1-4", "1-3", "1-2"]
     clock.advance(3601)
-    bus.notify(_ok(9))
+    bus.emit(_ok(9))
     await history.flush()
     assert [r.message_id for r in recent_runs(db)] == ["1-9"]  # older than the window: gone
     clock.advance(7200)
-    bus.notify(_ok(10))
+    bus.emit(_ok(10))
     await history.flush()
     minutes = rollup_rows(db, since=0)
     assert [row.minute for row in minutes] == [rh.minute_of(clock.now())]
@@ -91,16 +91,16 @@ async def test_pruning_keeps_the_newest_limit_and_the_retention_window(tmp_path:
 async def test_rollups_count_per_function_and_for_all(tmp_path: Path) -> None:
     clock = FakeClock(now=1_800_000_000.0)  # a minute boundary
     bus, history = _history(tmp_path, clock)
-    bus.notify(ev.EventClassified(message_id="1-1", matched=True, functions=("a", "b")))
-    bus.notify(ev.EventClassified(message_id="1-2", matched=False))
-    bus.notify(_ok(1, 0.5, "a"))
-    bus.notify(ev.InvocationExhausted(function="b", handler="h", message_id="1-1", attempt=3,
+    bus.emit(ev.EventClassified(message_id="1-1", matched=True, functions=("a", "b")))
+    bus.emit(ev.EventClassified(message_id="1-2", matched=False))
+    bus.emit(_ok(1, 0.5, "a"))
+    bus.emit(ev.InvocationExhausted(function="b", handler="h", message_id="1-1", attempt=3,
                                       duration_s=1.5, error="exit 1"))
-    bus.notify(ev.MessageDeadLettered(function="b", handler="h", message_id="1-1",
+    bus.emit(ev.MessageDeadLettered(function="b", handler="h", message_id="1-1",
                                       entry_id="9-0", handler_attempts=3, reason="x"))
     await history.flush()
     # more in the same minute, after a first write: counts add up, never doubled
-    bus.notify(_ok(2, 1.0, "a"))
+    bus.emit(_ok(2, 1.0, "a"))
     await history.flush()
     db = open_db(tmp_path / "db.sqlite3")
     (everything,) = rollup_rows(db, since=clock.now())
@@ -116,7 +116,7 @@ async def test_rollups_count_per_function_and_for_all(tmp_path: Path) -> None:
 async def test_manual_runs_are_listed_but_not_rolled_up(tmp_path: Path) -> None:
     clock = FakeClock()
     bus, history = _history(tmp_path, clock)
-    bus.notify(ev.HandlerInvoked(function="fn", handler="h", ok=True, duration_s=0.1))
+    bus.emit(ev.HandlerInvoked(function="fn", handler="h", ok=True, duration_s=0.1))
     await history.flush()
     db = open_db(tmp_path / "db.sqlite3")
     assert [(r.kind, r.outcome) for r in recent_runs(db)] == [("manual", "succeeded")]
@@ -128,7 +128,7 @@ async def test_a_broken_database_drops_the_batch_and_delivery_goes_on(tmp_path: 
     clock = FakeClock()
     (tmp_path / "db.sqlite3").mkdir()  # a directory where the file should be
     bus, history = _history(tmp_path, clock)
-    bus.notify(_ok(1))
+    bus.emit(_ok(1))
     assert await history.flush() == 0
     assert history.dropped == 1
 

@@ -89,7 +89,7 @@ def warm_runtime(
         None,  # type: ignore[arg-type]  # no engine: every container is already warm
         hostname="h",
         output=lambda _: None,
-        observer=bus.notify,
+        observer=bus.emit,
     )
     runtime.activate(FN, "img", "python3.14", containers)
     pool = runtime._pools[FN]  # reach in: hand the pool its warm containers

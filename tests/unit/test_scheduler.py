@@ -19,6 +19,7 @@ from relay.domain import schedule
 from relay.domain.messages import DomainEvent
 from relay.domain.template import parse_template
 from tests.fakes import FakeClock, InMemoryEventStream, InMemoryOccurrencePublisher
+from tests.fakes_compose import scheduler_on
 
 pytestmark = pytest.mark.anyio
 
@@ -37,23 +38,19 @@ class Fleet:
         self.registry = FunctionRegistry()
         self.registry.mark_complete()
         self.events: list[DomainEvent] = []
-        bus = MessageBus({})
+        self.workers = [self._worker() for _ in range(workers)]
+
+    def _worker(self) -> Scheduler:
+        bus = MessageBus({})  # one bus per worker, as each worker process has
         subscribe_delivery_log(bus)
         for kind in (
             ev.OccurrencePublished, ev.OccurrenceDuplicate, ev.OccurrencePublishFailed,
             ev.OccurrencePublishRecovered,
         ):  # fmt: skip
             bus.subscribe(kind, self.events.append)
-        self.workers = [
-            Scheduler(
-                registry=self.registry,
-                publisher=self.publisher,
-                clock=self.clock,
-                notify=bus.notify,
-                backoff_s=0.0,
-            )
-            for _ in range(workers)
-        ]
+        return scheduler_on(
+            bus, registry=self.registry, publisher=self.publisher, clock=self.clock
+        )
 
     def function(self, name: str, *schedules: dict[str, Any], image: str | None = "img") -> None:
         template = parse_template({"runtime": "python3.14", "schedules": list(schedules)})

@@ -9,8 +9,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from relay.application.scheduler import Scheduler
+from relay.application.bus import MessageBus
 from relay.domain import schedule
+from tests.fakes_compose import scheduler_on
 from tests.unit.delivery_world import World
 
 pytestmark = pytest.mark.anyio
@@ -32,7 +33,9 @@ async def run_window(day: tuple[int, int, int]) -> tuple[World, dict[str, list[s
     world.clock.advance(utc(day, 0) - 3600 - world.clock.now())
     world.function("jobs", {"schedules": SCHEDULES})
     workers = [
-        Scheduler(registry=world.registry, publisher=world.publisher, clock=world.clock)
+        scheduler_on(
+            MessageBus({}), registry=world.registry, publisher=world.publisher, clock=world.clock
+        )
         for _ in range(2)
     ]
     for worker in workers:

@@ -7,10 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.adapters.fs.discovery import FsFunctionSource
-from relay.application.bus import MessageBus
-from relay.application.reconcile import FAILED, PREPARED, UNCHANGED, Reconciler
-from relay.application.registry import FunctionRegistry
+from relay.application.reconcile import FAILED, PREPARED, UNCHANGED
 from relay.application.services import ServiceConverger
 from relay.domain.commands import ReconcileAll, ReconcileFunction
 from relay.domain.events import FunctionPrepared, FunctionReconcileFailed, ServicesConverged
@@ -18,13 +15,11 @@ from relay.domain.messages import DomainEvent
 from relay.domain.services import RoutingSettings
 from tests.fakes import (
     FakeClock,
-    InMemoryContainerRuntime,
-    InMemoryImageBuilder,
     InMemorySecretStore,
     InMemoryServiceContainers,
     InMemoryServiceImages,
-    InMemorySlots,
 )
+from tests.fakes_compose import FakeWorker
 
 pytestmark = pytest.mark.anyio
 
@@ -49,8 +44,6 @@ class World:
         containers: InMemoryServiceContainers | None = None,
     ) -> None:
         self.root = root
-        self.registry = FunctionRegistry()
-        self.builder = InMemoryImageBuilder()
         self.images = InMemoryServiceImages()
         self.containers = containers or InMemoryServiceContainers()
         self.secrets = InMemorySecretStore({"api-token": "s3cret-one"})
@@ -65,17 +58,12 @@ class World:
             env_key=b"k" * 32,
             clock=self.clock,
         )
-        self.reconciler = Reconciler(
-            registry=self.registry,
-            source=FsFunctionSource(root),
-            builder=self.builder,
-            runtime=InMemoryContainerRuntime(),
-            slots=InMemorySlots(max_concurrency=8),
-            clock=self.clock,
-            publish=lambda events: self.bus.publish(events),  # noqa: PLW0108 - bus made below
-            services=self.services,
-        )
-        self.bus = MessageBus(self.reconciler.handlers())
+        # the real composition root: ReconcileFunction sends ConvergeServices
+        self.worker = FakeWorker(root, clock=self.clock, secrets=self.secrets,
+                                 services=self.services)
+        self.registry = self.worker.registry
+        self.builder = self.worker.builder
+        self.bus = self.worker.bus
         for kind in (FunctionPrepared, FunctionReconcileFailed, ServicesConverged):
             self.bus.subscribe(kind, self.events.append)
 

@@ -23,6 +23,7 @@ from relay.domain.events import (
     ScheduleSummary,
     ServiceSummary,
 )
+from tests.fakes_compose import deliver
 
 pytestmark = pytest.mark.anyio
 
@@ -214,5 +215,5 @@ async def test_start_clears_rows_of_the_previous_process(tmp_path: Path) -> None
 async def test_subscribes_to_the_lifecycle_events_on_the_bus(view: SqliteStateView) -> None:
     bus = MessageBus({})
     view.subscribe(bus)
-    await bus.publish([prepared("fn")])
+    await deliver(bus, [prepared("fn")])
     assert read(view, "fn")["status"] == "ready"

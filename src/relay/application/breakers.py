@@ -13,13 +13,12 @@ in memory: a restarted worker starts with every breaker closed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import structlog
 
-from relay.application.bus import Handler, MessageBus, Outcome
+from relay.application.bus import Emit, Handler, MessageBus, Outcome
 from relay.application.ports import CatalogSource, Clock
 from relay.domain import breaker as rules
 from relay.domain import events as ev
@@ -57,11 +56,11 @@ class BreakerBoard:
         *,
         clock: Clock,
         registry: CatalogSource,
-        notify: Callable[[DomainEvent], None],
+        emit: Emit,
     ) -> None:
         self._clock = clock
         self._registry = registry
-        self._notify = notify
+        self._emit = emit
         self._states: dict[str, BreakerState] = {}
 
     def admit(self, function: str, policy: BreakerPolicy | None, key: str) -> bool:
@@ -155,7 +154,7 @@ class BreakerBoard:
         else:
             self._states[function] = state
         if change is not None:
-            self._notify(_event(function, change, message_id))
+            self._emit(_event(function, change, message_id))
 
 
 def _event(function: str, change: BreakerChange, message_id: str) -> DomainEvent:

@@ -46,7 +46,7 @@ _log = structlog.get_logger(__name__)
 # message's dispatch ends (its buffer place is free again).
 Done = Callable[[str], None]
 Dispatch = Callable[[Sequence[StreamMessage], Done], Awaitable[object]]
-Publish = Callable[[Sequence[DomainEvent]], Awaitable[None]]
+Emit = Callable[[DomainEvent], None]
 
 DEFAULT_BLOCK_MS = 1_000
 RECLAIM_INTERVAL_S = 60.0
@@ -277,7 +277,7 @@ class RecoveryLoop:
         dispatch: Dispatch,
         buffer: MessageBuffer,
         *,
-        publish: Publish | None = None,
+        emit: Emit | None = None,
         interval_s: float = RECLAIM_INTERVAL_S,
         min_idle_ms: int = MIN_PENDING_IDLE_MS,
         health: ConnectionHealth | None = None,
@@ -287,7 +287,7 @@ class RecoveryLoop:
         self._stream = stream
         self._dispatch = dispatch
         self._buffer = buffer
-        self._publish = publish
+        self._emit = emit
         self._interval_s = interval_s
         self._min_idle_ms = min_idle_ms
         self.health = health or ConnectionHealth("recovery")
@@ -339,5 +339,6 @@ class RecoveryLoop:
     async def _drop(self, ids: Sequence[str]) -> None:
         await self._stream.drop(ids)
         _log.warning("pending_entries_dropped", count=len(ids), message_ids=list(ids)[:10])
-        if self._publish is not None:
-            await self._publish([PendingEntryDropped(message_id=i) for i in ids])
+        if self._emit is not None:
+            for message_id in ids:
+                self._emit(PendingEntryDropped(message_id=message_id))

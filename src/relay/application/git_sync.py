@@ -1,39 +1,99 @@
-"""The coalescing sync scheduler behind the webhook.
+"""Git sync: the ``SyncGit`` handler, and the coalescing loop behind the webhook.
 
-A delivery only calls :meth:`SyncScheduler.request`, which returns at once. One
-loop runs the syncs: at most one at a time, and any number of requests that
-arrive while a sync runs collapse into exactly one follow-up sync, which sees
-the newest commit. A failed sync is logged and counted; it never stops the loop,
-whatever it raised (an unexpected exception would otherwise end the worker's
-task group, and with it ``relay start``).
+:class:`GitSyncing` handles ``SyncGit``, whoever sends it: the webhook's loop
+below, or ``relay git sync`` over the control socket while a worker runs (the CLI
+syncs in its own process only when no worker runs). One sync at a time per
+worker; the file lock of :mod:`relay.adapters.git.sync` keeps a CLI sync of
+another process out too. Every sync ends in one ``GitSyncFinished`` fact.
+
+A webhook delivery only calls :meth:`SyncScheduler.request`, which returns at
+once. One loop sends the syncs: at most one at a time, and any number of requests
+that arrive while a sync runs collapse into exactly one follow-up sync, which
+sees the newest commit. A failed sync never stops the loop, whatever it raised
+(an unexpected exception would otherwise end the worker's task group, and with it
+``relay start``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from pathlib import Path
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from relay.application.bus import Emit, Outcome, Send
+from relay.application.ports import GitSyncer
+from relay.domain.commands import SyncGit
 from relay.domain.errors import RelayError
 from relay.domain.events import GitSyncFinished
-from relay.domain.git import SyncSummary
-from relay.domain.messages import DomainEvent
+from relay.domain.git import GitError, GitSyncResult
 
 _log = structlog.get_logger("relay.git")
 
 
-class SyncScheduler:
-    """Runs ``sync`` whenever requested, never two at once, coalescing bursts."""
+def _same_directory(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
 
-    def __init__(
-        self,
-        sync: Callable[[], Awaitable[SyncSummary]],
-        notify: Callable[[DomainEvent], None],
-    ) -> None:
-        self._sync = sync
-        self._notify = notify
+
+class GitSyncing:
+    """Handler of :class:`SyncGit` for the worker serving ``functions_dir``."""
+
+    def __init__(self, *, syncer: GitSyncer | None, emit: Emit) -> None:
+        self._syncer = syncer
+        self._emit = emit
+        self._one = anyio.Lock(fast_acquire=True)
+
+    async def __call__(self, command: SyncGit) -> Outcome[GitSyncResult]:
+        if self._syncer is None:
+            raise GitError("this worker has no functions directory to sync")
+        if command.directory is not None:
+            await self._refuse_another_directory(self._syncer.functions_dir, command.directory)
+        async with self._one:
+            _log.info("git_sync_started", trigger=command.trigger)
+            try:
+                result = await self._syncer.sync_functions()
+            except RelayError as exc:
+                raise self._failed(str(exc)) from exc
+            except OSError as exc:
+                raise self._failed(f"{exc.strerror or exc}") from exc
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                raise self._failed(error, expected=False) from exc
+        _log.info(
+            "git_sync_succeeded", commit=result.commit, functions=len(result.functions),
+            updated=result.updated or "-", removed=result.removed or "-",
+        )
+        self._emit(GitSyncFinished(ok=True, commit=result.commit))
+        return Outcome(result)
+
+    @staticmethod
+    async def _refuse_another_directory(served: Path, asked: str) -> None:
+        """``relay git sync --functions DIR`` while a worker serves another
+        directory: syncing the worker's would not be what was asked for."""
+        same = await anyio.to_thread.run_sync(_same_directory, served, Path(asked))
+        if not same:
+            raise GitError(
+                f"the running worker serves {served}, not {asked}: "
+                "run `relay git sync` without --functions, or stop the worker first"
+            )
+
+    def _failed(self, error: str, *, expected: bool = True) -> GitError:
+        """Log and emit a failed sync; the error the sender gets (one line)."""
+        if expected:
+            _log.warning("git_sync_failed", error=error)
+        else:
+            _log.error("git_sync_failed", error=error)
+        self._emit(GitSyncFinished(ok=False, error=error))
+        return GitError(error)
+
+
+class SyncScheduler:
+    """Sends ``SyncGit`` whenever requested, never two at once, coalescing bursts."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
         self._wake = anyio.Event()
         self.requests = 0
         self.runs = 0  # syncs started (tests and logs)
@@ -50,27 +110,5 @@ class SyncScheduler:
             # requests from now on (during this sync) set a fresh event: one follow-up
             self._wake = anyio.Event()
             self.runs += 1
-            await self._run_once()
-
-    async def _run_once(self) -> None:
-        _log.info("git_sync_started", trigger="webhook")
-        try:
-            summary = await self._sync()
-        except RelayError as exc:
-            _log.warning("git_sync_failed", error=str(exc))
-            self._notify(GitSyncFinished(ok=False, error=str(exc)))
-            return
-        except OSError as exc:
-            _log.warning("git_sync_failed", error=f"{exc.strerror or exc}")
-            self._notify(GitSyncFinished(ok=False, error=str(exc)))
-            return
-        except Exception as exc:  # noqa: BLE001 - one sync never ends the worker
-            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            _log.error("git_sync_failed", error=error)
-            self._notify(GitSyncFinished(ok=False, error=error))
-            return
-        _log.info(
-            "git_sync_succeeded", commit=summary.commit, functions=summary.functions,
-            updated=summary.updated or "-", removed=summary.removed or "-",
-        )
-        self._notify(GitSyncFinished(ok=True, commit=summary.commit))
+            with contextlib.suppress(RelayError):  # logged and counted by the handler
+                await self._send(SyncGit(trigger="webhook"))

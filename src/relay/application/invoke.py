@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from relay.application.bus import Outcome
+from relay.application.bus import Emit, Outcome
 from relay.application.environment import resolve_environment
 from relay.application.ports import (
     CatalogSource,
@@ -115,7 +115,9 @@ class FunctionInvoker:
         secrets: SecretStore,
         clock: Clock,
         tokens: TokenSource,
+        emit: Emit,
     ) -> None:
+        self._emit = emit
         self._registry = registry
         self._runtime = runtime
         self._slots = slots
@@ -137,15 +139,15 @@ class FunctionInvoker:
         context = HandlerContext(message_id=INVOKE_MESSAGE_PREFIX + self._tokens.token())
         for rule in rules:
             result = await self._run(name, template, rule, payload, context)
-            events.append(
-                HandlerInvoked(
-                    function=name,
-                    handler=rule.handler,
-                    ok=result.ok,
-                    duration_s=result.duration_s,
-                    error=result.error,
-                )
+            fact = HandlerInvoked(
+                function=name,
+                handler=rule.handler,
+                ok=result.ok,
+                duration_s=result.duration_s,
+                error=result.error,
             )
+            events.append(fact)
+            self._emit(fact)
             runs.append(HandlerRun.of(rule.handler, result).within(INVOKE_SHOWN_BUDGET - shown))
             shown += runs[-1].shown_bytes()
             if not result.ok and not first_error:
@@ -155,7 +157,7 @@ class FunctionInvoker:
         summary = InvokeSummary(
             invoked=len(events), failed=failed, error=first_error, handlers=tuple(runs)
         )
-        return Outcome(summary, events)
+        return Outcome(summary)
 
     async def _run(
         self,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from relay.domain.execution import InvocationRequest, InvocationResult, PoolSnapshot
 from relay.domain.functions import BuildTemplate, FunctionImage
+from relay.domain.git import GitSyncResult
 from relay.domain.outcome import (
     BeginRequest,
     BeginResult,
@@ -309,6 +310,16 @@ class SecretStore(Protocol):
     def set(self, name: str, value: str) -> None: ...
 
     def remove(self, name: str) -> None: ...
+
+
+# --- git source ------------------------------------------------------------------------
+class GitSyncer(Protocol):
+    """Brings the functions directory to the configured git source
+    (``relay.adapters.git.sync.GitSyncService``); raises ``GitError`` in one line."""
+
+    functions_dir: Path
+
+    async def sync_functions(self) -> GitSyncResult: ...
 
 
 class StatsSource(Protocol):

@@ -28,13 +28,13 @@ import anyio
 import anyio.to_thread
 import structlog
 
-from relay.application.bus import Handler, Outcome
+from relay.application.bus import Emit, Handler, Outcome, Send
 from relay.application.function_summary import summarize
 from relay.application.image_retirement import ImageRetirement
 from relay.application.ports import Clock, ContainerRuntime, FunctionSource, ImageBuilder
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.application.services import ServiceConverger
-from relay.domain.commands import PrepareFunction, ReconcileAll, ReconcileFunction, RemoveFunction
+from relay.domain.commands import ConvergeServices, ReconcileAll, ReconcileFunction
 from relay.domain.errors import RelayError, TemplateError
 from relay.domain.events import (
     FunctionDiscovered,
@@ -44,13 +44,12 @@ from relay.domain.events import (
     FunctionSkipped,
 )
 from relay.domain.functions import FunctionImage
-from relay.domain.messages import Command, DomainEvent
+from relay.domain.messages import Command
 from relay.domain.names import function_name_problem
 from relay.domain.template import Template
 
 _log = structlog.get_logger(__name__)
 
-Publish = Callable[[Iterable[DomainEvent]], Awaitable[None]]
 
 # What one reconcile of one function did (the commands' results).
 PREPARED = "prepared"  # a new version now serves
@@ -71,9 +70,16 @@ class FunctionSlots(Protocol):
     def forget(self, function: str) -> None: ...
 
 
+class FunctionBreakers(Protocol):
+    """The per-function circuit breakers (``relay.application.breakers.BreakerBoard``)."""
+
+    def forget(self, function: str) -> None: ...
+
+
 class Reconciler:
-    """The use cases behind ``PrepareFunction``, ``RemoveFunction``,
-    ``ReconcileFunction`` and ``ReconcileAll``; see the module docstring."""
+    """The use cases behind ``ReconcileFunction`` and ``ReconcileAll`` (the
+    commands of "function prepared" and "function removed"); services converge
+    through the ``ConvergeServices`` command it sends; see the module docstring."""
 
     def __init__(
         self,
@@ -84,16 +90,20 @@ class Reconciler:
         runtime: ContainerRuntime,
         slots: FunctionSlots,
         clock: Clock,
-        publish: Publish,
+        emit: Emit,
+        send: Send,
         services: ServiceConverger | None = None,
+        breakers: FunctionBreakers | None = None,
     ) -> None:
         self.registry = registry
         self._source = source
         self._builder = builder
         self._runtime = runtime
         self._slots = slots
+        self._breakers = breakers
         self._clock = clock
-        self._publish = publish
+        self._emit = emit
+        self._send = send
         self._locks: dict[str, anyio.Lock] = {}
         self._failures: dict[str, str] = {}  # last recorded failure, per function
         self._skipped: dict[str, str] = {}  # invalid names already reported
@@ -105,12 +115,6 @@ class Reconciler:
     def handlers(self) -> Mapping[type[Command], Handler]:
         """This use case's rows of the bus's handler table."""
 
-        async def prepare(cmd: PrepareFunction) -> Outcome[str]:
-            return Outcome(await self.prepare(cmd.name, cmd.directory))
-
-        async def remove(cmd: RemoveFunction) -> Outcome[str]:
-            return Outcome(await self.remove(cmd.name))
-
         async def one(cmd: ReconcileFunction) -> Outcome[str]:
             return Outcome(await self.reconcile_function(cmd.name))
 
@@ -118,8 +122,6 @@ class Reconciler:
             return Outcome(await self.reconcile_all())
 
         return {
-            PrepareFunction: prepare,
-            RemoveFunction: remove,
             ReconcileFunction: one,
             ReconcileAll: every,
         }
@@ -214,12 +216,14 @@ class Reconciler:
             if loaded:
                 self._runtime.remove(name)
                 self._slots.forget(name)
+                if self._breakers is not None:  # added again, it starts closed
+                    self._breakers.forget(name)
             if self._services is not None:
                 await self._services.remove_function(name)
             if not known:
                 return SKIPPED
             _log.info("function_removed", function=name)
-            await self._publish([FunctionRemoved(name=name, at=self._clock.now())])
+            self._emit(FunctionRemoved(name=name, at=self._clock.now()))
             await self._images.retire(name)
             return REMOVED
 
@@ -261,21 +265,19 @@ class Reconciler:
             built=image.built,
             capacity=capacity,
         )
-        await self._publish(
-            [
-                FunctionPrepared(
-                    name=name,
-                    directory=directory,
-                    runtime=template.runtime,
-                    image=image.image,
-                    fingerprint=image.fingerprint,
-                    dependency_image=image.dependency_image,
-                    built=image.built,
-                    prepared_at=now,
-                    summary=summarize(template),
-                    at=at,
-                )
-            ]
+        self._emit(
+            FunctionPrepared(
+                name=name,
+                directory=directory,
+                runtime=template.runtime,
+                image=image.image,
+                fingerprint=image.fingerprint,
+                dependency_image=image.dependency_image,
+                built=image.built,
+                prepared_at=now,
+                summary=summarize(template),
+                at=at,
+            )
         )
         return PREPARED
 
@@ -299,15 +301,13 @@ class Reconciler:
         )
         if current is None:
             _log.info("function_discovered", function=name, directory=directory)
-            await self._publish(
-                [
-                    FunctionDiscovered(
-                        name=name,
-                        directory=directory,
-                        summary=summarize(template),
-                        at=self._clock.now(),
-                    )
-                ]
+            self._emit(
+                FunctionDiscovered(
+                    name=name,
+                    directory=directory,
+                    summary=summarize(template),
+                    at=self._clock.now(),
+                )
             )
 
     async def _failed(self, name: str, error: str, template: Template | None) -> str:
@@ -325,19 +325,17 @@ class Reconciler:
             serving=serving.image if serving else None,
         )
         shown = serving.template if serving else (current.template if current else template)
-        await self._publish(
-            [
-                FunctionReconcileFailed(
-                    name=name,
-                    error=error,
-                    at=self._clock.now(),
-                    runtime=shown.runtime if shown else None,
-                    image=serving.image if serving else None,
-                    fingerprint=serving.fingerprint if serving else None,
-                    prepared_at=serving.prepared_at if serving else None,
-                    summary=summarize(shown) if shown else None,
-                )
-            ]
+        self._emit(
+            FunctionReconcileFailed(
+                name=name,
+                error=error,
+                at=self._clock.now(),
+                runtime=shown.runtime if shown else None,
+                image=serving.image if serving else None,
+                fingerprint=serving.fingerprint if serving else None,
+                prepared_at=serving.prepared_at if serving else None,
+                summary=summarize(shown) if shown else None,
+            )
         )
         return FAILED
 
@@ -351,27 +349,23 @@ class Reconciler:
         if self._skipped.get(name) != reason:
             self._skipped[name] = reason
             _log.warning("function_skipped", function=name, reason=reason)
-            await self._publish([FunctionSkipped(name=name, reason=reason, at=self._clock.now())])
+            self._emit(FunctionSkipped(name=name, reason=reason, at=self._clock.now()))
         return SKIPPED
 
     async def _converge_services(self, name: str, result: str | None = None) -> str | None:
-        """Converge the serving version's services (``application/services``);
-        a service problem makes the reconcile ``FAILED`` (the version serves on)."""
+        """Send ``ConvergeServices`` for the serving version; a service problem
+        makes the reconcile ``FAILED`` (the version serves on). ``result`` None:
+        the new version failed to build, the serving one heals its crashed
+        replicas, and the build failure stays the function's last word."""
         current = self.registry.get(name)
         if self._services is None or current is None or not current.ready:
             return result
-        if result is None:
-            # The new version failed to build: the serving one heals its crashed
-            # replicas, and the build failure stays the function's last word.
-            _problems, events = await self._services.converge(
-                name, current.directory, current.template, current.image or None
-            )
-            await self._publish(events)
-            return None
-        failed, events = await self._services.converge_version(
-            current, summarize(current.template), fresh=result == PREPARED
+        command = ConvergeServices(
+            function=name, fresh=result == PREPARED, healing=result is None
         )
-        await self._publish(events)
+        failed = await self._send(command)
+        if result is None:
+            return None
         return FAILED if failed and result in (PREPARED, UNCHANGED) else result
 
     def add_leftovers(self, names: Iterable[str]) -> None:

@@ -17,7 +17,7 @@ from typing import Protocol
 import msgspec
 import structlog
 
-from relay.application.bus import Outcome
+from relay.application.bus import Emit, Outcome
 from relay.application.invoke import (
     FunctionNotFound,
     FunctionUnavailable,
@@ -91,7 +91,9 @@ class DeadLetterReplayer:
         runtime: Invoker,
         slots: SlotPool,
         secrets: SecretStore,
+        emit: Emit,
     ) -> None:
+        self._emit = emit
         self._dead_letters = dead_letters
         self._registry = registry
         self._runtime = runtime
@@ -146,7 +148,8 @@ class DeadLetterReplayer:
         summary = ReplaySummary(
             entry_id=stored.id, function=entry.function, handler=entry.handler, duration_s=duration
         )
-        return Outcome(summary, [event])
+        self._emit(event)
+        return Outcome(summary)
 
     def _target(self, entry: DeadLetterEntry) -> tuple[Template, int]:
         """The function's template and the recorded handler's capped timeout."""

@@ -3,7 +3,8 @@
 Once a second, each schedule of the current catalog (``registry.current()``, so
 adding, changing or removing a schedule takes effect at the next tick without a
 restart) is asked for its firings since the previous tick; each firing is
-offered to the :class:`OccurrencePublisher`, whose atomic publish-if-new lets
+sent as a ``PublishOccurrence`` command; its handler, :class:`OccurrencePublishing`,
+offers it to the :class:`OccurrencePublisher`, whose atomic publish-if-new lets
 exactly one worker of the fleet write its stream entry. From there it is an
 ordinary message: the consumer group hands it to one worker's dispatcher.
 
@@ -19,13 +20,15 @@ this worker only; the others still publish the occurrence.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
 
+from relay.application.bus import Emit, Outcome, Send
 from relay.application.ports import CatalogSource, Clock, OccurrencePublisher
 from relay.domain import schedule
+from relay.domain.commands import PublishOccurrence
 from relay.domain.durations import SECOND
 from relay.domain.errors import DependencyUnavailable
 from relay.domain.events import (
@@ -34,20 +37,13 @@ from relay.domain.events import (
     OccurrencePublishFailed,
     OccurrencePublishRecovered,
 )
-from relay.domain.messages import DomainEvent
 from relay.domain.template import ScheduleRule
-
-Notify = Callable[[DomainEvent], None]
 
 PUBLISH_ATTEMPTS = 3
 PUBLISH_BACKOFF_S = 0.05  # doubled after each failed attempt
 # A tick that comes late (a stalled loop, a suspended host) looks back this far at
 # most: older firings are left to catch-up at the next start.
 MAX_LAG_S = 60
-
-
-def _discard(_event: DomainEvent) -> None:
-    return None
 
 
 class Scheduler:
@@ -57,24 +53,17 @@ class Scheduler:
         self,
         *,
         registry: CatalogSource,
-        publisher: OccurrencePublisher,
         clock: Clock,
-        notify: Notify = _discard,
-        attempts: int = PUBLISH_ATTEMPTS,
-        backoff_s: float = PUBLISH_BACKOFF_S,
+        send: Send,
     ) -> None:
         self._registry = registry
-        self._publisher = publisher
         self._clock = clock
-        self._notify = notify
-        self._attempts = max(1, attempts)
-        self._backoff_s = backoff_s
+        self._send = send
         self._last: int | None = None
         # each schedule's first firing after the previous tick: a tick with
         # nothing due costs a lookup, not a cron evaluation (a changed rule is
         # a new key, so it is evaluated afresh)
         self._next: dict[tuple[str, ScheduleRule], int] = {}
-        self._failed = 0  # failed publishes since the last success
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         await self.start()
@@ -128,7 +117,32 @@ class Scheduler:
     async def _publish(
         self, function: str, rule: ScheduleRule, at: int, *, caught_up: bool = False
     ) -> None:
-        occurrence = schedule.envelope(function, rule.handler, at)
+        command = PublishOccurrence(
+            function=function, handler=rule.handler, at=at, caught_up=caught_up
+        )
+        await self._send(command)
+
+
+class OccurrencePublishing:
+    """Handler of :class:`PublishOccurrence`: publish-if-new with a few bounded
+    attempts; every outcome is a fact emitted into the sink."""
+
+    def __init__(
+        self,
+        *,
+        publisher: OccurrencePublisher,
+        emit: Emit,
+        attempts: int = PUBLISH_ATTEMPTS,
+        backoff_s: float = PUBLISH_BACKOFF_S,
+    ) -> None:
+        self._publisher = publisher
+        self._emit = emit
+        self._attempts = max(1, attempts)
+        self._backoff_s = backoff_s
+        self._failed = 0  # failed publishes since the last success
+
+    async def __call__(self, command: PublishOccurrence) -> Outcome[str | None]:
+        occurrence = schedule.envelope(command.function, command.handler, command.at)
         delay = self._backoff_s
         for attempt in range(1, self._attempts + 1):
             try:
@@ -136,39 +150,45 @@ class Scheduler:
             except DependencyUnavailable as exc:
                 if attempt == self._attempts:
                     self._failed += 1
-                    self._notify(
+                    self._emit(
                         OccurrencePublishFailed(
-                            function=function,
-                            handler=rule.handler,
+                            function=command.function,
+                            handler=command.handler,
                             occurrence_id=occurrence.occurrence_id,
                             attempts=attempt,
                             error=str(exc),
                             first=self._failed == 1,
                         )
                     )
-                    return
+                    return Outcome(None)
                 await anyio.sleep(delay)
                 delay *= 2
                 continue
-            if self._failed:
-                self._notify(OccurrencePublishRecovered(failed=self._failed))
-                self._failed = 0
-            if entry_id is None:
-                self._notify(
-                    OccurrenceDuplicate(
-                        function=function,
-                        handler=rule.handler,
-                        occurrence_id=occurrence.occurrence_id,
-                    )
+            self._published(command, occurrence.occurrence_id, entry_id)
+            return Outcome(entry_id)
+        return Outcome(None)  # pragma: no cover - the loop always returns
+
+    def _published(
+        self, command: PublishOccurrence, occurrence_id: str, entry_id: str | None
+    ) -> None:
+        if self._failed:
+            self._emit(OccurrencePublishRecovered(failed=self._failed))
+            self._failed = 0
+        if entry_id is None:
+            self._emit(
+                OccurrenceDuplicate(
+                    function=command.function,
+                    handler=command.handler,
+                    occurrence_id=occurrence_id,
                 )
-            else:
-                self._notify(
-                    OccurrencePublished(
-                        function=function,
-                        handler=rule.handler,
-                        occurrence_id=occurrence.occurrence_id,
-                        entry_id=entry_id,
-                        caught_up=caught_up,
-                    )
-                )
+            )
             return
+        self._emit(
+            OccurrencePublished(
+                function=command.function,
+                handler=command.handler,
+                occurrence_id=occurrence_id,
+                entry_id=entry_id,
+                caught_up=command.caught_up,
+            )
+        )

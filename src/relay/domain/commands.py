@@ -1,7 +1,9 @@
 """Commands: everything that changes Relay's state is one of these.
 
-Each area adds its commands here; ``relay.application.handlers`` maps each to
-exactly one handler, and a unit test checks the table is complete.
+Each area adds its commands here; ``relay.bootstrap.compose`` maps each to
+exactly one handler, and a unit test checks the table is complete. The control
+commands travel over the control socket as they are (see
+``relay.adapters.control.protocol``).
 """
 
 from __future__ import annotations
@@ -46,23 +48,13 @@ class GetHealth(Command, frozen=True, kw_only=True):
 
 
 # --- function lifecycle: discovery, images, reload ---------------------------------
-class PrepareFunction(Command, frozen=True, kw_only=True):
-    """Load ``directory``'s template, prepare its image and, only once it is ready,
-    make it the function's serving version."""
-
-    name: str
-    directory: str
-
-
-class RemoveFunction(Command, frozen=True, kw_only=True):
-    """Stop matching ``name``; in-flight work finishes, then its images are retired."""
-
-    name: str
-
-
 class ReconcileFunction(Command, frozen=True, kw_only=True):
     """Look at ``name``'s directory and converge: prepare it, keep the previous
-    version (template temporarily missing), or remove it (directory gone)."""
+    version (template temporarily missing), or remove it (directory gone).
+
+    This is THE command for "function prepared" and "function removed": which of
+    the two happens is decided by looking at the directory, which only the
+    handler does, so there is no separate prepare or remove command to send."""
 
     name: str
 
@@ -70,6 +62,42 @@ class ReconcileFunction(Command, frozen=True, kw_only=True):
 class ReconcileAll(Command, frozen=True, kw_only=True):
     """Re-scan the functions directory and reconcile every function (the startup
     pass and the periodic backstop)."""
+
+
+class ConvergeServices(Command, frozen=True, kw_only=True):
+    """Bring ``function``'s service containers to its serving version's declared
+    replicas (sent by the reconciler after each reconcile of a serving function).
+    ``fresh``: a new version was just swapped in; ``healing``: the new version
+    failed to build and the serving one only heals its crashed replicas. The
+    result is whether a service problem remains."""
+
+    function: str
+    fresh: bool = False
+    healing: bool = False
+
+
+# --- schedules -------------------------------------------------------------------------
+class PublishOccurrence(Command, frozen=True, kw_only=True):
+    """Offer the occurrence of ``function``/``handler``'s schedule at ``at`` (unix
+    seconds) to the fleet's publish-if-new (sent by the scheduler loop, which
+    decides the firings). The result is the stream entry id, or ``None`` when
+    another worker had published it or every bounded attempt failed."""
+
+    function: str
+    handler: str
+    at: int
+    caught_up: bool = False
+
+
+# --- git source ----------------------------------------------------------------------
+class SyncGit(Command, frozen=True, kw_only=True):
+    """Bring the worker's functions directory to the configured git source (the
+    webhook's sync loop, and ``relay git sync`` while a worker runs). ``directory``,
+    when given, must be the worker's functions directory (the CLI's ``--functions``);
+    ``trigger`` names who asked, for the log."""
+
+    trigger: str = "cli"
+    directory: str | None = None
 
 
 # --- delivery: one stream message through the ledger -------------------------------

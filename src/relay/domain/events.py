@@ -356,8 +356,9 @@ class HandlerInvoked(DomainEvent, frozen=True, kw_only=True):
 
 # --- git sync (metrics and logs) ------------------------------------------------------
 class GitSyncFinished(DomainEvent, frozen=True, kw_only=True):
-    """A sync the worker ran (from the webhook) ended: ``ok`` with the commit now
-    served, or not with a one-line ``error``. Feeds ``git_syncs_total{outcome}``."""
+    """A sync the worker ran (``SyncGit``: from the webhook, or ``relay git sync``
+    while the worker runs) ended: ``ok`` with the commit now served, or not with
+    a one-line ``error``. Feeds ``git_syncs_total{outcome}``."""
 
     ok: bool
     commit: str = ""

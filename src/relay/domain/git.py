@@ -204,6 +204,25 @@ class SyncSummary(msgspec.Struct, frozen=True, kw_only=True):
     removed: list[str] = msgspec.field(default_factory=list)
 
 
+class GitSyncResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``SyncGit`` answers (over the control socket too): the source and
+    commit now served in ``directory``, and the ``trusted`` lines of a first
+    connection to the git host (``relay git sync`` prints them)."""
+
+    repository: str
+    ref: str
+    commit: str
+    directory: str
+    functions: list[str] = msgspec.field(default_factory=list)
+    updated: list[str] = msgspec.field(default_factory=list)
+    removed: list[str] = msgspec.field(default_factory=list)
+    trusted: list[str] = msgspec.field(default_factory=list)
+
+    def summary(self) -> SyncSummary:
+        return SyncSummary(commit=self.commit, functions=len(self.functions),
+                           updated=self.updated, removed=self.removed)
+
+
 @dataclass(frozen=True, slots=True)
 class PushDecision:
     """Whether a delivery schedules a sync, and a short reason for the reply and log."""

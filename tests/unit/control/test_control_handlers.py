@@ -72,7 +72,7 @@ async def test_cli_side_reads_the_pool_over_the_socket(tmp_path: Path) -> None:
                 lambda: client.fetch_pool(server.path, "gone")
             )
             health_reply = await anyio.to_thread.run_sync(
-                lambda: client.request(server.path, "health")
+                lambda: client.request(server.path, GetHealth())
             )
             tg.cancel_scope.cancel()
     assert pool == {"capacity": 4, "containers": 2, "busy": 1, "idle": 1, "starting": 0,

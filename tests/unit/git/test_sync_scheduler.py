@@ -1,8 +1,10 @@
-"""The coalescing scheduler behind the webhook, on a gated fake sync."""
+"""The ``SyncGit`` handler and the coalescing scheduler behind the webhook that
+sends it, on a gated fake sync."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 import anyio.lowlevel
@@ -12,10 +14,11 @@ from structlog.testing import capture_logs
 from relay.adapters.metrics.registry import Metrics
 from relay.adapters.metrics.subscribers import subscribe
 from relay.application.bus import MessageBus
-from relay.application.git_sync import SyncScheduler
 from relay.domain import events as ev
+from relay.domain.commands import SyncGit
 from relay.domain.git import GitError, SyncSummary
 from relay.domain.messages import DomainEvent
+from tests.fakes_compose import sync_loop
 
 pytestmark = pytest.mark.anyio
 
@@ -63,7 +66,7 @@ async def settle(predicate: Callable[[], bool]) -> None:
 async def test_twenty_pushes_during_a_sync_give_exactly_one_follow_up() -> None:
     gated = GatedSync()
     events: list[DomainEvent] = []
-    scheduler = SyncScheduler(gated, events.append)
+    scheduler = sync_loop(gated, events.append)
     async with anyio.create_task_group() as tg:
         await tg.start(scheduler.run)
         scheduler.request()
@@ -89,7 +92,7 @@ async def test_a_failed_sync_is_logged_and_counted_and_the_next_request_still_ru
     bus = MessageBus({})
     metrics = Metrics()
     subscribe(bus, metrics)
-    scheduler = SyncScheduler(gated, bus.notify)
+    scheduler = sync_loop(gated, lambda _e: None, bus)
     with capture_logs() as logs:
         async with anyio.create_task_group() as tg:
             await tg.start(scheduler.run)
@@ -113,7 +116,7 @@ async def test_a_failed_sync_is_logged_and_counted_and_the_next_request_still_ru
 
 async def test_nothing_runs_without_a_request() -> None:
     gated = GatedSync()
-    scheduler = SyncScheduler(gated, lambda _e: None)
+    scheduler = sync_loop(gated, lambda _e: None)
     async with anyio.create_task_group() as tg:
         await tg.start(scheduler.run)
         await settle(lambda: gated.started == 0)
@@ -130,7 +133,7 @@ async def test_an_unexpected_exception_from_one_sync_is_one_line_and_the_loop_go
             raise UnicodeEncodeError("utf-8", "caf\udce9", 3, 4, "surrogates not allowed")
         return SyncSummary(commit="c2", functions=1)
 
-    scheduler = SyncScheduler(sync, events.append)
+    scheduler = sync_loop(sync, events.append)
     with capture_logs() as logs:
         async with anyio.create_task_group() as tg:
             await tg.start(scheduler.run)
@@ -148,3 +151,41 @@ async def test_an_unexpected_exception_from_one_sync_is_one_line_and_the_loop_go
     assert second.ok
     (failed,) = [e for e in logs if e["event"] == "git_sync_failed"]
     assert failed["log_level"] == "error"
+
+
+async def test_a_sync_sent_by_the_cli_answers_what_it_did_and_counts_like_the_webhooks() -> None:
+    events: list[DomainEvent] = []
+    bus = MessageBus({})
+    sync_loop(lambda: _summary("c9"), events.append, bus)
+    result = await bus.send(SyncGit(trigger="cli", directory="/functions/"))
+    assert result.commit == "c9"
+    assert result.directory == "/functions"
+    assert events == [ev.GitSyncFinished(ok=True, commit="c9")]
+
+
+async def test_a_sync_of_another_directory_than_the_workers_is_refused(tmp_path: Path) -> None:
+    events: list[DomainEvent] = []
+    bus = MessageBus({})
+    sync_loop(lambda: _summary("c1"), events.append, bus)
+    with pytest.raises(GitError) as info:
+        await bus.send(SyncGit(directory=str(tmp_path)))
+    assert str(info.value) == (
+        f"the running worker serves /functions, not {tmp_path}: "
+        "run `relay git sync` without --functions, or stop the worker first"
+    )
+    assert events == []  # nothing ran: nothing to count
+
+
+async def test_a_failed_sync_reaches_its_sender_as_one_line() -> None:
+    async def broken() -> SyncSummary:
+        raise GitError("cannot reach example.invalid: Connection refused")
+
+    bus = MessageBus({})
+    sync_loop(broken, lambda _e: None, bus)
+    with pytest.raises(GitError) as info:
+        await bus.send(SyncGit())
+    assert str(info.value) == "cannot reach example.invalid: Connection refused"
+
+
+async def _summary(commit: str) -> SyncSummary:
+    return SyncSummary(commit=commit, functions=1)

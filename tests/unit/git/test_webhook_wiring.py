@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from structlog.testing import capture_logs
 
 from relay.adapters.git.webhook import git_webhook
+from relay.application.bus import MessageBus
 from tests.fakes import InMemorySecretStore
 
 
 def wire(state: Path) -> object:
     return git_webhook(
-        host="127.0.0.1", port=0, state_dir=state, functions_dir=state / "functions",
-        secrets=InMemorySecretStore(), notify=lambda _e: None, clock=time.time,
+        host="127.0.0.1", port=0, state_dir=state, secrets=InMemorySecretStore(),
+        send=MessageBus({}).send, emit=lambda _e: None,
     )
 
 

@@ -43,10 +43,11 @@ def setup(*, image: str | None = "relay-fn-users:abc", last_error: str | None = 
                                 prepared_at=1.0, last_error=last_error))
     runtime = InMemoryContainerRuntime()
     runtime.activate("users", "relay-fn-users:abc", "python3.14", 2)
+    bus, metrics = MessageBus({}), Metrics()
     invoker = FunctionInvoker(registry=registry, runtime=runtime, slots=Slots(4),
                               secrets=InMemorySecretStore({"api-token": "s3cret"}),
-                              clock=FakeClock(), tokens=SequentialTokens())
-    bus, metrics = MessageBus({InvokeFunction: invoker}), Metrics()
+                              clock=FakeClock(), tokens=SequentialTokens(), emit=bus.emit)
+    bus.register(InvokeFunction, invoker)
     subscribe(bus, metrics)
     return bus, runtime, metrics
 

@@ -19,13 +19,13 @@ def test_state_and_transitions_follow_the_events() -> None:
     bus = MessageBus({})
     subscribe_breakers(bus, registry)
     assert value(registry, "function_breaker_state", function="pay") is None
-    bus.notify(ev.BreakerOpened(function="pay", cause="failures", failures=5, cooldown_s=30))
+    bus.emit(ev.BreakerOpened(function="pay", cause="failures", failures=5, cooldown_s=30))
     assert value(registry, "function_breaker_state", function="pay") == 2
-    bus.notify(ev.BreakerHalfOpened(function="pay", message_id="1-0"))
+    bus.emit(ev.BreakerHalfOpened(function="pay", message_id="1-0"))
     assert value(registry, "function_breaker_state", function="pay") == 1
-    bus.notify(ev.BreakerOpened(function="pay", cause="probe_failed", failures=1, cooldown_s=60))
-    bus.notify(ev.BreakerHalfOpened(function="pay", message_id="2-0"))
-    bus.notify(ev.BreakerClosed(function="pay", cause="probe_succeeded"))
+    bus.emit(ev.BreakerOpened(function="pay", cause="probe_failed", failures=1, cooldown_s=60))
+    bus.emit(ev.BreakerHalfOpened(function="pay", message_id="2-0"))
+    bus.emit(ev.BreakerClosed(function="pay", cause="probe_succeeded"))
     assert value(registry, "function_breaker_state", function="pay") == 0
     transitions = "function_breaker_transitions_total"
     assert value(registry, transitions, function="pay", state="open") == 2
@@ -37,9 +37,9 @@ def test_a_removed_function_loses_its_breaker_series() -> None:
     registry = CollectorRegistry()
     bus = MessageBus({})
     subscribe_breakers(bus, registry)
-    bus.notify(ev.BreakerOpened(function="pay", cause="failures", failures=5, cooldown_s=30))
-    bus.notify(ev.FunctionRemoved(name="pay", at=0.0))
+    bus.emit(ev.BreakerOpened(function="pay", cause="failures", failures=5, cooldown_s=30))
+    bus.emit(ev.FunctionRemoved(name="pay", at=0.0))
     assert value(registry, "function_breaker_state", function="pay") is None
     assert value(registry, "function_breaker_transitions_total", function="pay",
                  state="open") is None
-    bus.notify(ev.FunctionRemoved(name="never-moved", at=0.0))  # nothing to remove: no error
+    bus.emit(ev.FunctionRemoved(name="never-moved", at=0.0))  # nothing to remove: no error

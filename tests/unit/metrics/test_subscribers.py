@@ -12,6 +12,7 @@ from relay.application.bus import MessageBus
 from relay.domain import events as ev
 from relay.domain.errors import BuildError
 from relay.domain.functions import FunctionImage
+from tests.fakes_compose import deliver
 
 pytestmark = pytest.mark.anyio
 
@@ -24,7 +25,7 @@ def wired() -> tuple[MessageBus, Metrics]:
 
 async def test_delivery_events_feed_the_counters() -> None:
     bus, m = wired()
-    await bus.publish([
+    await deliver(bus, [
         ev.EventClassified(message_id="1-0", matched=True, functions=("fn", "other")),
         ev.EventClassified(message_id="2-0", matched=False),
         ev.InvocationSucceeded(function="fn", handler="h.a", message_id="1-0", attempt=1,
@@ -60,7 +61,7 @@ async def test_delivery_events_feed_the_counters() -> None:
 
 async def test_pool_events_and_removal() -> None:
     bus, m = wired()
-    await bus.publish([
+    await deliver(bus, [
         ev.ContainerAcquired(function="fn", outcome="cold", wait_s=0.3),
         ev.ContainerAcquired(function="fn", outcome="warm", wait_s=0.0),
         ev.ContainerWaited(function="fn"),
@@ -70,7 +71,7 @@ async def test_pool_events_and_removal() -> None:
         "events_matched": 0, "handler_success": 0, "handler_failure": 0, "retries": 0,
         "dlq_entries": 0, "warm_acquires": 1, "cold_starts": 1, "discarded": 1,
     }
-    await bus.publish([ev.FunctionRemoved(name="fn", at=0.0),
+    await deliver(bus, [ev.FunctionRemoved(name="fn", at=0.0),
                        ev.ContainerDiscarded(function="fn", reason="timeout")])
     assert "fn" not in m.snapshot().functions
 
@@ -114,7 +115,7 @@ async def test_instrumented_builder_times_builds_and_counts_failures(tmp_path: P
 async def test_schedule_events_feed_their_counters_and_no_event_counter() -> None:
     bus, m = wired()
     occ = "schedule:fn:jobs.a:2026-06-01T03:00:00Z"
-    await bus.publish([
+    await deliver(bus, [
         ev.OccurrencePublished(function="fn", handler="jobs.a", occurrence_id=occ, entry_id="1-0"),
         ev.OccurrencePublished(function="fn", handler="jobs.a", occurrence_id=occ, entry_id="2-0",
                                caught_up=True),

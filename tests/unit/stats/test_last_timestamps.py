@@ -18,6 +18,7 @@ from relay.domain import events as ev
 from relay.domain.stats import StatsSnapshot, since_baseline, zeroed
 from relay.entrypoints.cli.fn_catalog import render_inspect
 from tests.fakes import FakeClock, InMemoryStatsStore
+from tests.fakes_compose import deliver
 
 pytestmark = pytest.mark.anyio
 
@@ -54,13 +55,13 @@ async def test_domain_events_stamp_each_function_once_per_kind() -> None:
     clock = FakeClock(T0)
     bus, m = wired(clock)
     assert m.snapshot().timestamps == {}
-    await bus.publish([ev.EventClassified(message_id="1-0", matched=True, functions=("fn",))])
+    await deliver(bus, [ev.EventClassified(message_id="1-0", matched=True, functions=("fn",))])
     clock.advance(10)
-    await bus.publish([succeeded("fn")])
+    await deliver(bus, [succeeded("fn")])
     clock.advance(10)
-    await bus.publish([failed("fn")])
+    await deliver(bus, [failed("fn")])
     clock.advance(10)
-    await bus.publish([
+    await deliver(bus, [
         ev.InvocationExhausted(function="fn", handler="h", message_id="1-0", attempt=5,
                                duration_s=0.0, error="boom"),
         dead_lettered("fn"),
@@ -141,7 +142,7 @@ async def test_restart_restores_and_a_worker_reset_continues_without_them() -> N
     store = InMemoryStatsStore()
     bus, m = wired(clock)
     recorder = StatsRecorder(m, store, clock)
-    await bus.publish([succeeded("fn")])
+    await deliver(bus, [succeeded("fn")])
     await recorder.flush()
     assert store.persisted.last("fn") == {"last_success_at": T0}
     # a restarted worker restores them, and they stay when nothing new happened
@@ -157,7 +158,7 @@ async def test_restart_restores_and_a_worker_reset_continues_without_them() -> N
     await restarted.flush()
     assert store.persisted.timestamps == {}
     clock.advance(5)
-    await bus2.publish([failed("fn")])
+    await deliver(bus2, [failed("fn")])
     await restarted.flush()
     assert store.persisted.last("fn") == {"last_failure_at": T0 + 105}
 

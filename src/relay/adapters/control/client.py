@@ -14,13 +14,22 @@ from typing import Any
 import msgspec
 
 from relay.adapters.control.protocol import MAX_RESPONSE_BYTES, encode_request
+from relay.domain.commands import GetHealth, GetPoolState
 from relay.domain.errors import DependencyUnavailable, RelayError
+from relay.domain.messages import Command
 
 DEFAULT_TIMEOUT = 10.0
 
 
 class WorkerUnavailable(DependencyUnavailable):
     """No worker answers on the control socket."""
+
+    @property
+    def absent(self) -> bool:
+        """No worker runs at all (no socket, or nobody listens on it), as opposed
+        to one that runs but could not be reached or did not answer in time: only
+        then may a command take its offline path."""
+        return isinstance(self.__cause__, FileNotFoundError | ConnectionRefusedError)
 
 
 class ControlRequestError(RelayError):
@@ -31,10 +40,8 @@ class ControlRequestError(RelayError):
         super().__init__(message)
 
 
-def request(
-    socket_path: Path | str, op: str, *, timeout: float = DEFAULT_TIMEOUT, **fields: Any
-) -> Any:
-    """Send one ``op`` request and return its ``result``."""
+def request(socket_path: Path | str, command: Command, *, timeout: float = DEFAULT_TIMEOUT) -> Any:
+    """Send ``command`` to the worker and return its ``result``."""
     path = str(socket_path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -49,7 +56,7 @@ def request(
         except OSError as exc:
             raise WorkerUnavailable(f"cannot reach the relay worker at {path}: {exc}") from exc
         try:
-            line = _exchange(sock, encode_request(op, fields))
+            line = _exchange(sock, encode_request(command))
         except TimeoutError as exc:
             raise WorkerUnavailable(f"the relay worker did not answer within {timeout:g}s") from exc
         except OSError as exc:
@@ -65,7 +72,7 @@ def fetch_pool(
     """The live pool snapshot of ``name``, or ``None`` when no worker answers or
     the function has no live pool (``relay function inspect`` renders ``unknown``)."""
     try:
-        result = request(socket_path, "pool_state", function=name, timeout=timeout)
+        result = request(socket_path, GetPoolState(function=name), timeout=timeout)
     except RelayError:
         return None
     return result if isinstance(result, dict) else None
@@ -75,9 +82,9 @@ def fetch_health(socket_path: Path | str, *, timeout: float = 3.0) -> str | None
     """For ``relay health``: ``None`` when no worker runs or the worker reports
     itself ready, else one line naming what is wrong with the running worker."""
     try:
-        report = request(socket_path, "health", timeout=timeout)
+        report = request(socket_path, GetHealth(), timeout=timeout)
     except WorkerUnavailable as exc:
-        if isinstance(exc.__cause__, FileNotFoundError | ConnectionRefusedError):
+        if exc.absent:
             return None  # no worker: the dependency checks alone decide
         return f"worker: {exc}"
     except RelayError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from relay.adapters.git.files import GitPaths, private_dir
 from relay.adapters.git.replace import ReplaceResult, replace_functions
 from relay.adapters.git.ssh import TrustedHost
 from relay.adapters.git.store import GitStore, SyncState
-from relay.domain.git import GitError, GitSource, SyncSummary
+from relay.domain.git import GitError, GitSource, GitSyncResult, SyncSummary
 
 LOCK_POLL_S = 0.2
 _log = structlog.get_logger("relay.git")
@@ -49,9 +50,17 @@ class SyncReport:
         return SyncSummary(commit=self.commit, functions=len(self.result.functions),
                            updated=self.result.updated, removed=self.result.removed)
 
+    def as_result(self, directory: Path) -> GitSyncResult:
+        return GitSyncResult(
+            repository=self.repository, ref=self.ref, commit=self.commit,
+            directory=str(directory), functions=list(self.result.functions),
+            updated=list(self.result.updated), removed=list(self.result.removed),
+            trusted=[host.message() for host in self.trusted],
+        )
+
 
 class GitSyncService:
-    """The ``GitSyncer`` port: ``await sync()`` brings the functions directory to
+    """The ``GitSyncer`` port: ``await sync_functions()`` brings the functions directory to
     the configured source, or raises :class:`GitError` with one line."""
 
     def __init__(
@@ -65,6 +74,10 @@ class GitSyncService:
         self._clock = clock
         self._wait = wait_for_lock
         self._on_trusted = on_trusted
+
+    async def sync_functions(self) -> GitSyncResult:
+        """The ``GitSyncer`` port: :meth:`sync`, answered as plain data."""
+        return (await self.sync()).as_result(self.functions_dir)
 
     async def sync(self) -> SyncReport:
         async with self._locked():
@@ -143,6 +156,18 @@ class GitSyncService:
                 if not self._wait:
                     raise
             await anyio.sleep(LOCK_POLL_S)
+
+
+def worker_syncer(state_dir: Path, functions_dir: Path) -> GitSyncService:
+    """The worker's syncer: waits for a sync another process holds, and logs a
+    newly trusted host key (the sender of ``SyncGit`` gets its line too)."""
+
+    def trusted(host_key: TrustedHost) -> None:
+        _log.warning("git_host_trusted", host=host_key.host,
+                     fingerprint=host_key.fingerprint, detail=host_key.message())
+
+    return GitSyncService(GitPaths(state_dir), functions_dir, clock=time.time,
+                          wait_for_lock=True, on_trusted=trusted)
 
 
 @contextlib.contextmanager

@@ -27,10 +27,9 @@ from aiohttp import web
 from anyio.abc import TaskStatus
 
 from relay.adapters.git.files import GitPaths
-from relay.adapters.git.ssh import TrustedHost
 from relay.adapters.git.store import GitStore
-from relay.adapters.git.sync import GitSyncService
 from relay.adapters.git.webhook_guard import HEADER_ALLOWANCE, ConnectionGuard, GuardedSite
+from relay.application.bus import Send
 from relay.application.git_sync import SyncScheduler
 from relay.application.ports import SecretStore
 from relay.domain.errors import RelayError
@@ -41,7 +40,6 @@ from relay.domain.git import (
     MAX_WEBHOOK_WAITING,
     WEBHOOK_READ_DEADLINE_S,
     GitSource,
-    SyncSummary,
     push_decision,
     signature_valid,
 )
@@ -223,13 +221,13 @@ def git_webhook(
     host: str,
     port: int,
     state_dir: Path,
-    functions_dir: Path,
     secrets: SecretStore,
-    notify: Notify,
-    clock: Callable[[], float],
+    send: Send,
+    emit: Notify,
 ) -> tuple[SyncScheduler, WebhookServer] | None:
     """The scheduler and the server when a git source is configured; None (with
-    the reason logged) otherwise. ``GIT_WEBHOOK_ADDR`` itself is checked by the caller."""
+    the reason logged) otherwise. ``GIT_WEBHOOK_ADDR`` itself is checked by the
+    caller. The scheduler sends ``SyncGit`` (``send``): the worker's one sync handler."""
     paths = GitPaths(state_dir)
     try:
         source = GitStore(paths).load_source()
@@ -241,17 +239,7 @@ def git_webhook(
                   reason="no git source is configured (relay git set); nothing is bound")
         return None
 
-    def trusted(host_key: TrustedHost) -> None:
-        _log.warning("git_host_trusted", host=host_key.host,
-                     fingerprint=host_key.fingerprint, detail=host_key.message())
-
-    service = GitSyncService(paths, functions_dir, clock=clock, wait_for_lock=True,
-                             on_trusted=trusted)
-
-    async def sync() -> SyncSummary:
-        return (await service.sync()).summary()
-
-    scheduler = SyncScheduler(sync, notify)
+    scheduler = SyncScheduler(send)
     server = WebhookServer(host, port, source=source, secrets=secrets,
-                           request_sync=scheduler.request, notify=notify)
+                           request_sync=scheduler.request, notify=emit)
     return scheduler, server

@@ -25,6 +25,12 @@ def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
     raise typer.Exit(code)
 
 
+def note(message: str) -> None:
+    """One ``relay: note:`` line on stderr: what the command did differently from
+    what one might expect (stdout stays the command's output alone)."""
+    typer.echo(f"relay: note: {message}", err=True)
+
+
 def usage(message: str) -> NoReturn:
     """A wrong command line found in a command's body (a value typer cannot check,
     two options that exclude each other): raised as click's usage error, so the

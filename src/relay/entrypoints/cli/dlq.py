@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
+from relay.domain.commands import ReplayDeadLetter
 from relay.domain.dlq_selection import DEFAULT_RATE
 from relay.entrypoints.cli.brokers import (
     DeadLetters,
@@ -266,7 +267,7 @@ def _replay_one(entry_id: str) -> None:
         return
     socket_path = load_paths(os.environ).socket
     try:
-        request(socket_path, "dlq_replay", entry_id=entry.id, timeout=REPLAY_TIMEOUT_S)
+        request(socket_path, ReplayDeadLetter(entry_id=entry.id), timeout=REPLAY_TIMEOUT_S)
     except WorkerUnavailable as exc:
         fail(f"replay needs a running worker ('relay start'); {exc}; the entry is kept")
     except ControlRequestError as exc:

@@ -1,6 +1,6 @@
 """``relay dlq replay --function F ...``: replay a selection on the live worker, paced.
 
-Each selected entry is sent to the worker as one ``dlq_replay`` request (the same
+Each selected entry is sent to the worker as one ``ReplayDeadLetter`` command (the same
 one the single-id form sends), one after another, starting replay ``i`` no earlier
 than ``i / rate`` seconds after the first. The worker deletes an entry only after
 its handler succeeded; an entry whose replay fails again is kept. Entries that
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TextIO
 import typer
 
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
+from relay.domain.commands import ReplayDeadLetter
 from relay.domain.dlq_selection import InvalidSelection, RateLimit, Selection, parse_rate
 from relay.entrypoints.cli.brokers import with_dead_letters
 from relay.entrypoints.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, fail, out
@@ -84,7 +85,7 @@ Send = Callable[[str], None]
 
 def worker_sender(socket_path: Path, timeout_s: float) -> Send:
     def send(entry_id: str) -> None:
-        request(socket_path, "dlq_replay", entry_id=entry_id, timeout=timeout_s)
+        request(socket_path, ReplayDeadLetter(entry_id=entry_id), timeout=timeout_s)
 
     return send
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from relay.adapters.control.client import WorkerUnavailable, request
+from relay.domain.commands import ForceBreaker, GetBreaker
 from relay.domain.durations import format_age
 from relay.domain.errors import RelayError
 from relay.entrypoints.cli.common import fail, out
@@ -45,7 +46,7 @@ def close(name: Annotated[str, typer.Argument(help="Function name.")]) -> None:
 def _force(name: str, state: str) -> str:
     socket = load_paths(os.environ).socket
     try:
-        result = request(socket, "breaker_force", function=name, state=state)
+        result = request(socket, ForceBreaker(function=name, state=state))
     except WorkerUnavailable as exc:
         fail(f"{exc}; `relay function breaker` needs a running worker (`relay start`)")
     except RelayError as exc:
@@ -59,7 +60,7 @@ def fetch_breaker(socket: Path | str, name: str, *, timeout: float = 3.0) -> dic
     """The live breaker of ``name``, or ``None`` when no worker answers or the
     worker does not know the function."""
     try:
-        result = request(socket, "breaker_state", function=name, timeout=timeout)
+        result = request(socket, GetBreaker(function=name), timeout=timeout)
     except RelayError:
         return None
     return result if isinstance(result, dict) else None

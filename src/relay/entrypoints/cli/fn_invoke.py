@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from relay.adapters.control.client import WorkerUnavailable, request
+from relay.domain.commands import InvokeFunction
 from relay.domain.errors import EventError, RelayError
 from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
 from relay.entrypoints.cli.event_input import EventOption, FileOption, read_event_argument
@@ -46,7 +47,9 @@ def invoke(
         fail(str(exc), EXIT_USAGE)
     socket = load_paths(os.environ).socket
     try:
-        result = request(socket, "invoke", function=name, event=payload, timeout=INVOKE_TIMEOUT_S)
+        result = request(
+            socket, InvokeFunction(function=name, event=payload), timeout=INVOKE_TIMEOUT_S
+        )
     except WorkerUnavailable as exc:
         fail(f"{exc}; `relay function invoke` needs a running worker (`relay start`)")
     except RelayError as exc:

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from relay.entrypoints.cli.common import fail, out
+from relay.entrypoints.cli.common import fail, note, out
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 
 if TYPE_CHECKING:
     from relay.adapters.git.files import GitPaths
     from relay.adapters.git.store import SyncState
+    from relay.domain.git import GitSyncResult
 
 app = typer.Typer(help="Sync /functions from a git repository.", no_args_is_help=True)
 
@@ -124,35 +125,79 @@ def _refuse_a_blank_secret(name: str) -> None:
              f"proves nothing; set a random value with `relay secret set {name}` first")
 
 
+SYNC_TIMEOUT_S = 900.0
+"""How long ``relay git sync`` waits for a running worker's sync (a fetch included)."""
+
+
 @app.command("sync")
 def sync(
     functions: Annotated[
-        Path, typer.Option(
-            "--functions", metavar="DIR", help="Functions directory (default /functions)."
+        Path | None, typer.Option(
+            "--functions", metavar="DIR",
+            help="Functions directory (default: the running worker's, else /functions).",
         )
-    ] = Path("/functions"),
+    ] = None,
 ) -> None:
     """Fetch the source and make the functions directory exactly its functions."""
-    from relay.adapters.git.ssh import TrustedHost
-    from relay.adapters.git.sync import GitSyncService
     from relay.domain.errors import RelayError
 
-    paths = _paths()
+    offline = False
+    try:
+        result = _sync_on_worker(functions)
+        if result is None:  # no worker runs: this process syncs
+            offline = True
+            result = _sync_here(functions or Path("/functions"))
+    except RelayError as exc:
+        fail(str(exc))
+    for line in result.trusted:
+        out(line)
+    out(f"Synced {result.repository} {result.ref} at {result.commit[:12]} into "
+        f"{result.directory}: {len(result.functions)} function(s)")
+    for label, names in (("updated", result.updated), ("removed", result.removed)):
+        if names:
+            out(f"  {label}: {', '.join(names)}")
+    if offline:
+        note("no worker is running: synced in this process")
+
+
+def _sync_on_worker(functions: Path | None) -> GitSyncResult | None:
+    """``SyncGit`` over the control socket; None when no worker runs. A running
+    worker syncs its own functions directory (and owns the reload that follows)."""
+    import msgspec
+
+    from relay.adapters.control.client import WorkerUnavailable, request
+    from relay.domain.commands import SyncGit
+    from relay.domain.git import GitSyncResult
+    from relay.entrypoints.config import load_paths
+
+    directory = None if functions is None else str(functions.absolute())
+    command = SyncGit(trigger="cli", directory=directory)
+    try:
+        answer = request(load_paths(os.environ).socket, command, timeout=SYNC_TIMEOUT_S)
+    except WorkerUnavailable as exc:
+        if exc.absent:
+            return None
+        raise
+    try:
+        return msgspec.convert(answer, GitSyncResult)
+    except msgspec.ValidationError:
+        fail("the worker's answer is malformed")
+
+
+def _sync_here(functions: Path) -> GitSyncResult:
+    """The offline sync: a newly trusted host is printed as it is trusted (a sync
+    that fails later still said so), so the result carries none."""
+    import msgspec
+
+    from relay.adapters.git.ssh import TrustedHost
+    from relay.adapters.git.sync import GitSyncService
 
     def trusted(host: TrustedHost) -> None:
         out(host.message())
 
-    service = GitSyncService(paths, functions, clock=time.time, on_trusted=trusted)
-    try:
-        report = anyio.run(service.sync)
-    except RelayError as exc:
-        fail(str(exc))
-    result = report.result
-    out(f"Synced {report.repository} {report.ref} at {report.commit[:12]} into {functions}: "
-        f"{len(result.functions)} function(s)")
-    for label, names in (("updated", result.updated), ("removed", result.removed)):
-        if names:
-            out(f"  {label}: {', '.join(names)}")
+    service = GitSyncService(_paths(), functions, clock=time.time, on_trusted=trusted)
+    result = anyio.run(service.sync_functions)
+    return msgspec.structs.replace(result, trusted=[])
 
 
 @app.command("status")

@@ -3,7 +3,8 @@
 ``relay stats`` reads the state database only (no Redis, Docker or worker): the
 snapshot the worker flushes every 5 seconds. ``relay stats reset`` goes through
 the running worker's control socket, so the worker records the reset baseline
-under its flush lock; without a worker it rewrites the database directly.
+under its flush lock; only when no worker runs at all does it rewrite the
+database directly, and says so on stderr.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import typer
 from relay.adapters.control.client import WorkerUnavailable, request
 from relay.adapters.sqlite.db import open_db, open_db_readonly, process_stats_paths, rfc3339
 from relay.adapters.sqlite.stats_store import read_stats, reset_stats
+from relay.domain.commands import ResetStats
 from relay.domain.durations import format_age
 from relay.domain.errors import RelayError
 from relay.domain.stats import GLOBAL_KEYS, StatsSnapshot, combined
-from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
+from relay.entrypoints.cli.common import EXIT_USAGE, fail, note, out
 from relay.entrypoints.cli.fn_catalog import age
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import Paths, load_paths
@@ -63,10 +65,15 @@ def reset() -> None:
     paths = load_paths(os.environ)
     try:
         for socket in paths.sockets:  # each process of `relay start --processes N`
-            request(socket, "reset_stats")
-    except WorkerUnavailable:
+            request(socket, ResetStats())
+    except WorkerUnavailable as exc:
+        if not exc.absent:  # a worker runs: never rewrite its counters underneath it
+            fail(str(exc))
         for path in _stats_files(paths):
             _reset_offline(path)
+        out("Statistics reset")
+        note("no worker is running: the state database was reset directly")
+        return
     except RelayError as exc:
         fail(str(exc))
     out("Statistics reset")
