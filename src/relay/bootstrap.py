@@ -50,24 +50,26 @@ from relay.application.buffer import MessageBuffer
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
 from relay.application.consumer import ConsumerLoop, RecoveryLoop
-from relay.application.control import ControlHandlers, StatsResetter, WorkerHealth
+from relay.application.control import ControlHandlers, WorkerHealth
 from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher
 from relay.application.invoke import FunctionInvoker
 from relay.application.ports import (
     Clock,
     ContainerRuntime,
+    DeadLetterSource,
     EventStream,
     FunctionSource,
     ImageBuilder,
     InvocationLedger,
     OccurrenceHistory,
     SecretStore,
+    StatsResetter,
     TokenSource,
 )
 from relay.application.reconcile import Reconciler
 from relay.application.registry import FunctionRegistry
-from relay.application.replay import DeadLetterReplayer, DeadLetterSource
+from relay.application.replay import DeadLetterReplayer
 from relay.application.scheduler import Scheduler
 from relay.application.services import ServiceConverger
 from relay.application.shutdown import COMPLETE, GracefulStop

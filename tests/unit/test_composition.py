@@ -12,9 +12,9 @@ from relay.adapters.fs.discovery import FsFunctionSource
 from relay.application.bus import MessageBus, Outcome
 from relay.application.concurrency import Slots
 from relay.application.registry import FunctionRegistry
-from relay.application.replay import StoredEntry
 from relay.bootstrap import Composition, compose
 from relay.domain import commands
+from relay.domain.dead_letters import StoredDeadLetter
 from relay.domain.messages import Command
 from tests.fakes import (
     FakeClock,
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.anyio
 
 
 class NoDeadLetters:
-    async def get(self, entry_id: str) -> StoredEntry:
+    async def get(self, entry_id: str) -> StoredDeadLetter:
         raise LookupError(entry_id)
 
     async def discard(self, entry_id: str) -> bool:

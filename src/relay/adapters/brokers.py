@@ -36,15 +36,16 @@ from relay.adapters.sqlite.broker.schedules import (
 )
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
-from relay.application.dlq_retention import DeadLetterRetention, DeadLetterTrim
+from relay.application.dlq_retention import DeadLetterRetention
 from relay.application.ports import (
     Clock,
+    DeadLetterStore,
+    DeadLetterTrim,
     EventStream,
     InvocationLedger,
     OccurrenceHistory,
     OccurrencePublisher,
 )
-from relay.application.replay import DeadLetterSource
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Broker:
     name: str  # what `relay health` calls it
     stream: EventStream
     ledger: InvocationLedger
-    dead_letters: DeadLetterSource
+    dead_letters: DeadLetterStore
     backlog: BacklogReader
     # Schedules' publish-if-new and the overlap check (``overlap: skip``).
     publisher: OccurrencePublisher

@@ -19,9 +19,9 @@ from typing import Annotated
 import anyio
 import typer
 
-from relay.domain.errors import ConfigError, DependencyUnavailable, EventError, RelayError
+from relay.domain.errors import ConfigError, EventError, RelayError
 from relay.domain.priority import InvalidPriority, priority_class
-from relay.entrypoints.cli.brokers import broker_settings, open_store
+from relay.entrypoints.cli.brokers import broker_settings
 from relay.entrypoints.cli.common import fail, out, usage
 from relay.entrypoints.cli.publish_input import StdinRun, repeated
 from relay.entrypoints.config import (
@@ -55,9 +55,6 @@ def publish(
             priority_class(priority)
         limit = _max_event_bytes()
         settings = broker_settings()
-        if priority is not None and not settings[0].embedded:
-            typer.echo("relay: note: the Redis broker has no priority; --priority is ignored",
-                       err=True)
         batches = _batches(event, count, run, limit)
         anyio.run(_publish, settings, batches, priority)
     except InvalidPriority as exc:
@@ -96,47 +93,22 @@ async def _publish(
     batches: Iterator[list[bytes]],
     priority: str | None,
 ) -> None:
-    broker, redis_settings = settings
-    # each broker's client imported on its own path (docs/cli.md, Startup)
-    if broker.embedded:
-        from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
+    from relay.adapters.admin import open_admin_broker
 
-        async with open_store(broker, create=True) as store:
-            publisher = SqliteEventPublisher(store, redis_settings.stream)
-            for batch in batches:
-                _print(await publisher.publish([(p, priority) for p in batch]))
-        return
-    # publish needs no group, so the settings hold none; the note names the configured one
-    group = os.environ.get("REDIS_GROUP", "").strip()
-    await _publish_redis(redis_settings, group, batches)
+    published = 0
 
+    def done(ids: list[str]) -> None:
+        nonlocal published
+        published += _print(ids)
 
-async def _publish_redis(
-    settings: RedisSettings, group: str, batches: Iterator[list[bytes]]
-) -> None:
-    from redis.exceptions import RedisError
-
-    from relay.adapters.redis.connection import connect_redis
-    from relay.entrypoints.cli.brokers import unread_stream_note
-
-    client = await connect_redis(settings.url)
-    done = 0
-    try:
-        for batch in batches:
-            async with client.pipeline(transaction=False) as pipe:
-                for payload in batch:
-                    pipe.xadd(settings.stream, {"event": payload})
-                ids = [i.decode() if isinstance(i, bytes) else str(i)
-                       for i in await pipe.execute()]
-            done += _print(ids)
-        note = await unread_stream_note(client, settings.stream, group) if done else None
-    except (RedisError, OSError) as exc:
-        # ids printed so far were appended; the batch that failed may be in part
-        raise DependencyUnavailable(
-            f"cannot publish to Redis: {exc} ({done} event(s) before it were published)"
-        ) from exc
-    finally:
-        await client.aclose()
+    async with open_admin_broker(*settings, create=True, ping=True) as admin:
+        if priority is not None and not admin.priorities:
+            typer.echo("relay: note: the Redis broker has no priority; --priority is ignored",
+                       err=True)
+        await admin.publish(([(p, priority) for p in batch] for batch in batches), done)
+        # publish needs no group, so the settings hold none; the note names the configured one
+        group = os.environ.get("REDIS_GROUP", "").strip()
+        note = await admin.unread_note(group) if published else None
     if note is not None:
         typer.echo(f"relay: note: {note}", err=True)
 
