@@ -241,10 +241,10 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             "a positive duration such as 90s or 5m",
         ),
         max_event_bytes=c.parse(
-            "MAX_EVENT_BYTES",
+            EVENT_BYTES_VARIABLE,
             parse_event_bytes,
             DEFAULT_MAX_EVENT_BYTES,
-            "a size from 1 byte to 1MiB, in bytes or with a KiB/MiB suffix",
+            f"{EVENT_BYTES_ACCEPTS}, in bytes or with a KiB/MiB suffix",
         ),
         shutdown_grace_ns=c.parse(
             "SHUTDOWN_GRACE",
@@ -500,6 +500,25 @@ def parse_ledger_retention(value: str) -> int:
     if ns < MIN_LEDGER_RETENTION_NS:
         raise ValueError(value)
     return ns
+
+
+EVENT_BYTES_VARIABLE = "MAX_EVENT_BYTES"
+EVENT_BYTES_ACCEPTS = "a size from 1 byte to 1MiB"
+
+
+def load_max_event_bytes(env: Mapping[str, str]) -> int:
+    """``MAX_EVENT_BYTES`` for the commands that check events as the worker will
+    (``relay publish``, ``relay function match``): the same default and parser as
+    :func:`load_settings`, one line (:class:`ConfigError`) when it is invalid."""
+    raw = env.get(EVENT_BYTES_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_MAX_EVENT_BYTES
+    try:
+        return parse_event_bytes(raw)
+    except ValueError:
+        raise ConfigError(
+            f"{EVENT_BYTES_VARIABLE}={raw[:40]!r} is invalid: {EVENT_BYTES_ACCEPTS}"
+        ) from None
 
 
 def parse_event_bytes(value: str) -> int:

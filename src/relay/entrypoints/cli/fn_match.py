@@ -32,7 +32,7 @@ from relay.domain.outcome import rfc3339
 from relay.entrypoints.cli.brokers import broker_settings
 from relay.entrypoints.cli.common import EXIT_FAILURE, EXIT_USAGE, fail, out
 from relay.entrypoints.cli.json_output import emit_json
-from relay.entrypoints.config import DEFAULT_MAX_EVENT_BYTES, parse_event_bytes
+from relay.entrypoints.config import load_max_event_bytes
 
 if TYPE_CHECKING:
     from relay.entrypoints.cli.fn_authoring import Loaded
@@ -137,24 +137,16 @@ def parse_since(text: str) -> int:
     return -(-ns // 1_000_000)  # at least 1 ms: a positive duration stays positive
 
 
-def max_event_bytes() -> int:
-    raw = os.environ.get("MAX_EVENT_BYTES", "").strip()
-    if not raw:
-        return DEFAULT_MAX_EVENT_BYTES
-    try:
-        return parse_event_bytes(raw)
-    except ValueError:
-        fail(f"MAX_EVENT_BYTES={raw[:40]!r} is invalid: a size from 1 byte to 1MiB")
-
-
 def run_dry(loaded: list[Loaded], request: Request, *, as_json: bool) -> None:
     """Read, count, print; exit 1 when a template could not be loaded."""
     valid = {f.name: f.template for f in loaded if f.template is not None}
     invalid = [f for f in loaded if f.template is None]
     catalog = dry_run_catalog(valid, (f.name for f in invalid))
-    counter = DryRun(
-        catalog, max_event_bytes=max_event_bytes(), at=request.at, explain=request.explain
-    )
+    try:
+        limit = load_max_event_bytes(os.environ)
+    except RelayError as exc:
+        fail(str(exc))
+    counter = DryRun(catalog, max_event_bytes=limit, at=request.at, explain=request.explain)
     broker, redis_settings = broker_settings(need_group=False)
     stream = redis_settings.stream
 

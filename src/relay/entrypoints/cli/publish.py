@@ -19,17 +19,12 @@ from typing import Annotated
 import anyio
 import typer
 
-from relay.domain.errors import ConfigError, EventError, RelayError
+from relay.domain.errors import EventError, RelayError
 from relay.domain.priority import InvalidPriority, priority_class
 from relay.entrypoints.cli.brokers import broker_settings
 from relay.entrypoints.cli.common import fail, out, usage
 from relay.entrypoints.cli.publish_input import StdinRun, repeated
-from relay.entrypoints.config import (
-    DEFAULT_MAX_EVENT_BYTES,
-    BrokerSettings,
-    RedisSettings,
-    parse_event_bytes,
-)
+from relay.entrypoints.config import BrokerSettings, RedisSettings, load_max_event_bytes
 
 
 def register(app: typer.Typer) -> None:
@@ -53,7 +48,7 @@ def publish(
     try:
         if priority is not None:
             priority_class(priority)
-        limit = _max_event_bytes()
+        limit = load_max_event_bytes(os.environ)
         settings = broker_settings()
         batches = _batches(event, count, run, limit)
         anyio.run(_publish, settings, batches, priority)
@@ -74,18 +69,6 @@ def _batches(event: str | None, count: int, run: StdinRun, limit: int) -> Iterat
     if sys.stdin.isatty():
         raise EventError("no event given: pass --event '{...}' or pipe JSON lines on stdin")
     return run.batches(sys.stdin.buffer, limit)
-
-
-def _max_event_bytes() -> int:
-    raw = os.environ.get("MAX_EVENT_BYTES", "").strip()
-    if not raw:
-        return DEFAULT_MAX_EVENT_BYTES
-    try:
-        return parse_event_bytes(raw)
-    except ValueError:
-        raise ConfigError(
-            f"MAX_EVENT_BYTES={raw[:40]!r} is invalid: a size from 1 byte to 1MiB"
-        ) from None
 
 
 async def _publish(
