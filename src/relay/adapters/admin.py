@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from relay.domain.errors import DependencyUnavailable
+from relay.domain.errors import ConfigError, DependencyUnavailable
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -240,3 +240,64 @@ class SqliteAdmin:
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def check_broker(broker: _Choice, target: _Target) -> None:
+    """``relay health``'s broker check, for real: a Redis PING, or the broker file
+    (it must exist and open: ``PRAGMA quick_check``). Raises a ``RelayError``."""
+    if broker.embedded:
+        if not broker.path.exists():
+            raise ConfigError(
+                f"broker file {broker.path} does not exist (is a worker running here?)"
+            )
+        from relay.adapters.sqlite.broker.store import BrokerStore
+        from relay.adapters.system import SystemClock
+
+        store = await anyio.to_thread.run_sync(BrokerStore, broker.path, SystemClock())
+        await anyio.to_thread.run_sync(store.close)
+        return
+    from relay.adapters.redis.connection import connect_redis
+
+    client = await connect_redis(target.url)
+    await client.aclose()
+
+
+def recent_dead_letter_ids(
+    broker: _Choice, target: _Target, *, limit: int, timeout_s: float
+) -> list[str]:
+    """The newest dead-letter ids, for shell completion: synchronous, bounded by
+    ``timeout_s``, and empty (never an error) when the broker cannot answer."""
+    if broker.embedded:
+        sql = f"SELECT created_ms || '-' || seq FROM dlq ORDER BY seq DESC LIMIT {int(limit)}"  # noqa: S608 - a constant
+        return read_only_column(broker.path, sql, timeout_s)
+    import redis
+
+    from relay.adapters.redis.keys import dlq_key
+
+    client = redis.Redis.from_url(
+        target.url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+    )
+    try:
+        entries = client.xrevrange(dlq_key(target.stream), count=limit) or []
+        return [_text(entry_id) for entry_id, _fields in entries]
+    except Exception:  # noqa: BLE001 - Redis down or refusing: nothing to offer
+        return []
+    finally:
+        client.close()
+
+
+def read_only_column(path: Path, sql: str, timeout_s: float) -> list[str]:
+    """The first column of ``sql`` on the SQLite file at ``path``, opened read-only
+    (reading must not create the file); empty when it cannot be read."""
+    import sqlite3
+
+    if not path.is_file():
+        return []
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout_s)
+        try:
+            return [str(row[0]) for row in conn.execute(sql)]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return []

@@ -113,6 +113,11 @@ class BrokerSettings:
     def embedded(self) -> bool:
         return self.kind == "sqlite"
 
+    @property
+    def file(self) -> Path | None:
+        """The broker's own file (the embedded broker), or ``None`` (Redis)."""
+        return self.path if self.embedded else None
+
 
 @dataclass(frozen=True, slots=True)
 class TraefikSettings:
