@@ -35,7 +35,7 @@ from relay.entrypoints.cli.json_output import emit_json
 from relay.entrypoints.config import load_max_event_bytes
 
 if TYPE_CHECKING:
-    from relay.entrypoints.cli.fn_authoring import Loaded
+    from relay.entrypoints.cli.fn_loading import Loaded
 
 
 DRY_RUN_LIMIT = 1000

@@ -27,7 +27,8 @@ from relay.domain import schedule
 from relay.domain.errors import RelayError
 from relay.domain.schedule import INSTANT_LENGTH
 from relay.entrypoints.cli.common import fail, out
-from relay.entrypoints.cli.fn_catalog import FunctionsOption, next_fire_at, next_fire_text
+from relay.entrypoints.cli.fire_times import next_fire_at, next_fire_text
+from relay.entrypoints.cli.fn_catalog import FunctionsOption
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import load_broker_settings, load_paths
 
