@@ -298,18 +298,6 @@ def load_paths(env: Mapping[str, str]) -> Paths:
     )
 
 
-def load_redis_settings(
-    env: Mapping[str, str], *, need_stream: bool = True, need_group: bool = True
-) -> RedisSettings:
-    """The Redis part alone, for admin commands (``relay dlq``, ``relay trace``,
-    ``relay health``). Variables not needed are not required."""
-    c = _Collector(env)
-    redis = _redis(c, need_stream=need_stream, need_group=need_group)
-    if c.problems:
-        raise ConfigError("\n".join(c.problems))
-    return redis
-
-
 def load_broker_settings(
     env: Mapping[str, str], *, need_stream: bool = True, need_group: bool = True
 ) -> tuple[BrokerSettings, RedisSettings]:
