@@ -15,14 +15,10 @@ import msgspec
 from relay.adapters.docker.runtimes import APP_DIR, RUNTIMES
 from relay.adapters.fs.source import read_sources, select_sources
 from relay.adapters.fs.templates import TEMPLATE_FILE, load_template_text
-from relay.adapters.redis.dlq_reader import (
-    DeadLetterNotFound,
-    PagedEntries,
-    StoredDeadLetter,
-    parse_entry_id,
-)
+from relay.application.dead_letter_pages import PagedEntries
 from relay.application.ports import DiscoveredFunction, StartGuard
 from relay.domain import ledger_rules, schedule
+from relay.domain.dead_letters import DeadLetterNotFound, StoredDeadLetter, parse_entry_id
 from relay.domain.errors import BuildError, DependencyUnavailable, RelayError
 from relay.domain.execution import (
     InvocationRequest,

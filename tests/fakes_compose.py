@@ -26,12 +26,12 @@ from relay.application.ports import (
 )
 from relay.application.reconcile import Reconciler
 from relay.application.registry import FunctionRegistry
-from relay.application.replay import StoredEntry
 from relay.application.scheduler import OccurrencePublishing, Scheduler
 from relay.application.services import ServiceConverger
 from relay.bootstrap import Composition, compose
 from relay.domain import events as ev
 from relay.domain.commands import ConvergeServices, PublishOccurrence, SyncGit
+from relay.domain.dead_letters import StoredDeadLetter
 from relay.domain.git import GitSyncResult, SyncSummary
 from relay.domain.messages import DomainEvent
 from tests.fakes import (
@@ -50,7 +50,7 @@ from tests.fakes import (
 class NoDeadLetters:
     """A dead-letter source with no entry (``relay dlq replay`` finds nothing)."""
 
-    async def get(self, entry_id: str) -> StoredEntry:
+    async def get(self, entry_id: str) -> StoredDeadLetter:
         raise LookupError(entry_id)
 
     async def discard(self, entry_id: str) -> bool:

@@ -55,7 +55,7 @@ from relay.application.buffer import MessageBuffer
 from relay.application.bus import Handler, MessageBus
 from relay.application.concurrency import Slots
 from relay.application.consumer import ConsumerLoop, RecoveryLoop
-from relay.application.control import ControlHandlers, StatsResetter, WorkerHealth
+from relay.application.control import ControlHandlers, WorkerHealth
 from relay.application.converge import ServiceConvergence
 from relay.application.delivery_log import subscribe_delivery_log
 from relay.application.dispatch import MessageDispatcher
@@ -64,6 +64,7 @@ from relay.application.invoke import FunctionInvoker
 from relay.application.ports import (
     Clock,
     ContainerRuntime,
+    DeadLetterSource,
     EventStream,
     FunctionSource,
     GitSyncer,
@@ -73,11 +74,12 @@ from relay.application.ports import (
     OccurrenceHistory,
     OccurrencePublisher,
     SecretStore,
+    StatsResetter,
     TokenSource,
 )
 from relay.application.reconcile import Reconciler
 from relay.application.registry import FunctionRegistry
-from relay.application.replay import DeadLetterReplayer, DeadLetterSource
+from relay.application.replay import DeadLetterReplayer
 from relay.application.scheduler import OccurrencePublishing, Scheduler
 from relay.application.services import ServiceConverger
 from relay.application.shutdown import COMPLETE, GracefulStop

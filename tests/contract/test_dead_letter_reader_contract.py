@@ -1,26 +1,22 @@
-"""The dead-letter read side's contract (list, get, delete, discard, count, trim),
+"""The ``DeadLetterStore`` port's contract (list, get, delete, discard, count, trim),
 on the in-memory fake, on Redis and on the embedded broker's file."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Protocol
 
 import pytest
 import redis.asyncio
 
-from relay.adapters.redis.dlq_reader import (
-    DeadLetterNotFound,
-    InvalidEntryId,
-    RedisDeadLetterReader,
-    StoredDeadLetter,
-)
+from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
 from relay.adapters.redis.keys import dlq_key
 from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
 from relay.adapters.sqlite.broker.ledger import insert_dead_letter
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.system import SystemClock
+from relay.application.ports import DeadLetterStore
+from relay.domain.dead_letters import DeadLetterNotFound, InvalidEntryId
 from relay.domain.outcome import DeadLetterEntry
 from tests.contract.conftest import redis_url_for
 from tests.fakes import InMemoryDeadLetterQueue, InMemoryDeadLetterReader
@@ -30,30 +26,8 @@ pytestmark = pytest.mark.anyio
 T0 = 1_900_000_000_000  # ms
 
 
-class DeadLetters(Protocol):
-    """What ``relay dlq``, replay and ``DLQ_RETENTION`` use of either broker's reader."""
-
-    async def count(self) -> int: ...
-
-    async def page(
-        self, *, newest_first: bool = True, count: int = 100, after: str | None = None
-    ) -> list[StoredDeadLetter]: ...
-
-    def entries(
-        self, *, newest_first: bool = True, page_size: int = 100
-    ) -> AsyncIterator[StoredDeadLetter]: ...
-
-    async def get(self, entry_id: str) -> StoredDeadLetter: ...
-
-    async def delete(self, entry_id: str) -> None: ...
-
-    async def discard(self, entry_id: str) -> bool: ...
-
-    async def trim_before(self, cutoff_ms: int) -> int: ...
-
-
 class Bed:
-    reader: DeadLetters
+    reader: DeadLetterStore
 
     async def write(self, entry: DeadLetterEntry, at_ms: int) -> str:
         """One entry as the ledger writes it, at ``at_ms``; its id."""

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from relay.entrypoints.cli import app
-from relay.entrypoints.cli.fn_breaker import breaker_lines
+from relay.entrypoints.cli.breaker_view import breaker_lines
 
 
 @pytest.mark.parametrize(

@@ -18,10 +18,10 @@ from relay.adapters.fs.secrets import FileSecretStore
 from relay.adapters.sqlite.db import db_path, open_db, rfc3339
 from relay.adapters.sqlite.stats_store import write_stats
 from relay.domain.events import FunctionReconcileFailed
+from relay.domain.message_facts import DeadLetterFact, MessageFacts
 from relay.domain.stats import StatsSnapshot
 from relay.entrypoints.cli import app
 from relay.entrypoints.cli.fn_catalog_json import inspect_document
-from relay.entrypoints.cli.trace import DeadLetter, MessageFacts
 from relay.entrypoints.cli.trace_json import trace_document
 from tests.json_schemas import SCHEMAS, assert_matches_schema, load_schema
 from tests.unit.test_catalog_cli import _row_from_view, prepared
@@ -378,7 +378,9 @@ def test_trace_document_covers_every_invocation_state_and_a_malformed_message() 
         ledger_ttl_s=-1,
         body_bytes=12,
         pending={"consumer": "w1", "idle_ms": 2000, "deliveries": 3},
-        dead_letters=[DeadLetter("1780282800001-0", {"reason": "malformed", "deliveries": "x"})],
+        dead_letters=[
+            DeadLetterFact("1780282800001-0", {"reason": "malformed", "deliveries": "x"})
+        ],
         dlq_scan_complete=False,
     )
     doc = assert_matches_schema(json.dumps({"schema": "relay.trace/1", **trace_document(facts)}))

@@ -8,7 +8,7 @@ import pytest
 
 from relay.domain.durations import HOUR, MINUTE, SECOND
 from relay.domain.errors import ConfigError
-from relay.entrypoints.config import ListenAddress, load_redis_settings, load_settings
+from relay.entrypoints.config import ListenAddress, load_broker_settings, load_settings
 
 BASE = {"REDIS_URI": "localhost:6379", "REDIS_STREAM": "events", "REDIS_GROUP": "relay"}
 
@@ -314,11 +314,11 @@ def test_a_shared_direct_directory_replaces_the_run_directorys() -> None:
     assert blank.paths.shared_direct_dir is None
 
 
-def test_redis_settings_for_admin_commands() -> None:
-    r = load_redis_settings({"REDIS_URI": "h:1", "REDIS_STREAM": "s"}, need_group=False)
+def test_broker_settings_for_admin_commands() -> None:
+    r = load_broker_settings({"REDIS_URI": "h:1", "REDIS_STREAM": "s"}, need_group=False)[1]
     assert (r.url, r.stream, r.group) == ("redis://h:1", "s", "")
     with pytest.raises(ConfigError, match="REDIS_GROUP is required"):
-        load_redis_settings({"REDIS_URI": "h:1", "REDIS_STREAM": "s"})
+        load_broker_settings({"REDIS_URI": "h:1", "REDIS_STREAM": "s"})[1]
 
 
 def test_recovery_cadence_defaults_and_test_knobs() -> None:

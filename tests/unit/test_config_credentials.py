@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from relay.domain.errors import ConfigError
-from relay.entrypoints.config import load_redis_settings, load_settings
+from relay.entrypoints.config import load_broker_settings, load_settings
 from relay.entrypoints.health import check_health
 
 BASE = {"REDIS_URI": "localhost:6379", "REDIS_STREAM": "events", "REDIS_GROUP": "relay"}
@@ -47,7 +47,7 @@ def test_redact_uri_masks_every_credential(uri: str, shown: str) -> None:
 async def test_a_rejected_redis_uri_never_prints_its_password(uri: str) -> None:
     for loader in (
         lambda: load_settings({**BASE, "REDIS_URI": uri}),
-        lambda: load_redis_settings({**BASE, "REDIS_URI": uri}, need_group=False),
+        lambda: load_broker_settings({**BASE, "REDIS_URI": uri}, need_group=False),
     ):
         with pytest.raises(ConfigError) as caught:
             loader()

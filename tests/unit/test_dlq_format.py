@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay.adapters.redis.dlq_reader import (
-    InvalidEntryId,
-    StoredDeadLetter,
-    parse_entry_id,
-)
+from relay.domain.dead_letters import InvalidEntryId, StoredDeadLetter, parse_entry_id
 from relay.entrypoints.cli.dlq import describe, relative_age
 
 FIELDS = {

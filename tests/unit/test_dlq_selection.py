@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable
-from relay.adapters.redis.dlq_reader import StoredDeadLetter
+from relay.domain.dead_letters import StoredDeadLetter
 from relay.domain.dlq_selection import (
     InvalidSelection,
     RateLimit,

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.entrypoints.cli.fn_authoring import PathNotFound, discover, explain_matches, load
+from relay.entrypoints.cli.fn_authoring import explain_matches
+from relay.entrypoints.cli.fn_loading import PathNotFound, discover, load
 
 TEMPLATE = "runtime: python3.14\nevents:\n  - handler: a.b\n    pattern: {t: [x]}\n"
 

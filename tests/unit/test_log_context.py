@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from relay.application.log_context import current_log_context, log_context, merge_log_context
+from relay.application.log_context import log_context, merge_log_context
 from relay.domain.execution import InvocationRequest, InvocationResult
 from tests.unit.delivery_world import World, rule
 
@@ -20,7 +20,7 @@ async def test_an_attempt_runs_with_its_message_function_handler_and_attempt_bou
     seen: list[dict[str, Any]] = []
 
     def record(_request: InvocationRequest) -> InvocationResult:
-        seen.append(dict(current_log_context()))
+        seen.append(dict(merge_log_context(None, "info", {})))
         return InvocationResult(ok=True)
 
     world.runtime.script["users/h.handler"] = record
@@ -28,7 +28,7 @@ async def test_an_attempt_runs_with_its_message_function_handler_and_attempt_bou
     assert seen == [
         {"message_id": report.message_id, "function": "users", "handler": "h.handler", "attempt": 1}
     ]
-    assert dict(current_log_context()) == {}  # nothing leaks past the dispatch
+    assert dict(merge_log_context(None, "info", {})) == {}  # nothing leaks past the dispatch
 
 
 def test_the_processor_adds_bound_fields_without_overriding_a_lines_own() -> None:

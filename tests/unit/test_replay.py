@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 import pytest
 
@@ -13,6 +11,7 @@ from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.application.replay import DeadLetterReplayer, NotReplayable, ReplayFailed
 from relay.domain import schedule
 from relay.domain.commands import ReplayDeadLetter
+from relay.domain.dead_letters import StoredDeadLetter
 from relay.domain.errors import RelayError
 from relay.domain.execution import InvocationResult
 from relay.domain.outcome import DeadLetterEntry
@@ -35,12 +34,6 @@ TEMPLATE = parse_template(
 )
 
 
-@dataclass(frozen=True)
-class Stored:
-    id: str
-    entry: DeadLetterEntry
-
-
 class NoSuchEntry(RelayError):
     pass
 
@@ -51,10 +44,10 @@ class InMemoryDeadLetters:
     def __init__(self, entries: dict[str, DeadLetterEntry]) -> None:
         self.entries = dict(entries)
 
-    async def get(self, entry_id: str) -> Stored:
+    async def get(self, entry_id: str) -> StoredDeadLetter:
         if entry_id not in self.entries:
             raise NoSuchEntry(f"no dead-letter entry {entry_id}")
-        return Stored(entry_id, self.entries[entry_id])
+        return StoredDeadLetter(entry_id, self.entries[entry_id])
 
     async def discard(self, entry_id: str) -> bool:
         return self.entries.pop(entry_id, None) is not None

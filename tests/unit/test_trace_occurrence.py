@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from relay.entrypoints.cli.trace import MessageFacts, render_trace
+from relay.domain.message_facts import MessageFacts
+from relay.entrypoints.cli.trace_render import render_trace
 
 OCC = "schedule:jobs:jobs.nightly.handler:2026-06-01T03:00:00Z"
 

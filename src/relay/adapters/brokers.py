@@ -25,12 +25,14 @@ from relay.adapters.redis.connection import connect_redis
 from relay.adapters.redis.consumers import tidy_consumers
 from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
 from relay.adapters.redis.ledger import RedisInvocationLedger
+from relay.adapters.redis.message_facts import RedisMessageFacts
 from relay.adapters.redis.producer import RedisEventPublisher
 from relay.adapters.redis.retention import RetentionTrimmer
 from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurrencePublisher
 from relay.adapters.redis.stream import RedisEventStream
 from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
 from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
+from relay.adapters.sqlite.broker.message_facts import SqliteMessageFacts
 from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 from relay.adapters.sqlite.broker.schedules import (
     SqliteOccurrenceHistory,
@@ -38,16 +40,18 @@ from relay.adapters.sqlite.broker.schedules import (
 )
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
-from relay.application.dlq_retention import DeadLetterRetention, DeadLetterTrim
+from relay.application.dlq_retention import DeadLetterRetention
 from relay.application.ports import (
     Clock,
+    DeadLetterStore,
+    DeadLetterTrim,
     EventPublisher,
     EventStream,
     InvocationLedger,
+    MessageFactsReader,
     OccurrenceHistory,
     OccurrencePublisher,
 )
-from relay.application.replay import DeadLetterSource
 
 
 @dataclass
@@ -57,16 +61,15 @@ class Broker:
     name: str  # what `relay health` calls it
     stream: EventStream
     ledger: InvocationLedger
-    dead_letters: DeadLetterSource
+    dead_letters: DeadLetterStore
     backlog: BacklogReader
     # Schedules' publish-if-new and the overlap check (``overlap: skip``).
     publisher: OccurrencePublisher
     history: OccurrenceHistory
     events: EventPublisher  # appends new events (HTTP ingest)
+    # What the broker knows about one message (the console's trace page), read-only.
+    facts: MessageFactsReader
     loops: list[tuple[str, Callable[..., Coroutine[Any, Any, None]]]] = field(default_factory=list)
-    # The open connection (the Redis client or the broker file's store), for the
-    # console's read-only views (a message's trace facts).
-    client: Any = None
 
 
 async def open_broker(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
@@ -110,7 +113,7 @@ async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         publisher=RedisOccurrencePublisher(redis, settings.redis.stream),
         history=RedisOccurrenceHistory(redis, settings.redis.stream, settings.redis.group),
         events=RedisEventPublisher(redis, settings.redis.stream),
-        client=redis,
+        facts=RedisMessageFacts(redis, settings.redis.stream, settings.redis.group),
     )
     if settings.stream_retention_ns is not None:
         trimmer = RetentionTrimmer(
@@ -144,7 +147,7 @@ async def _sqlite(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         publisher=SqliteOccurrencePublisher(store, settings.redis.stream),
         history=SqliteOccurrenceHistory(store, settings.redis.stream),
         events=SqliteEventPublisher(store, settings.redis.stream),
-        client=store,
+        facts=SqliteMessageFacts(store, settings.redis.stream, settings.redis.group),
     )
     return _dlq_retention(broker, dead_letters, settings, clock)
 

@@ -8,25 +8,13 @@ lives in :mod:`relay.application.invoke`; ``ReplayDeadLetter`` with the DLQ.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 import msgspec
 
 from relay.application.bus import Handler, Outcome
+from relay.application.ports import PoolReader, StatsResetter
 from relay.domain.commands import Command, GetHealth, GetPoolState, ResetStats
 from relay.domain.execution import PoolSnapshot
-
-
-class PoolReader(Protocol):
-    """The part of ``ContainerRuntime`` that reports a pool."""
-
-    def snapshot(self, function: str) -> PoolSnapshot | None: ...
-
-
-class StatsResetter(Protocol):
-    """``relay.application.stats.StatsRecorder``."""
-
-    async def reset(self) -> None: ...
 
 
 class HealthReport(msgspec.Struct, frozen=True, kw_only=True):

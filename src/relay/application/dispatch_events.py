@@ -23,6 +23,7 @@ from relay.domain.events import (
 )
 from relay.domain.execution import InvocationResult
 from relay.domain.invocation import Complete, Release, Retry, Transition, expired_detail
+from relay.domain.message_outcomes import Acknowledged, PendingReason
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import (
     BACKOFF,
@@ -61,26 +62,26 @@ def pending_reason(
     reports: list[AttemptReport] | None = None,
     *,
     waiting: bool = False,
-) -> str:
+) -> PendingReason:
     if any(isinstance(r.transition, Release) for r in reports or ()):
-        return "deferred"
+        return PendingReason.DEFERRED
     if waiting:
-        return "function_unavailable"
+        return PendingReason.FUNCTION_UNAVAILABLE
     if blocked:
-        return "building"
+        return PendingReason.BUILDING
     if any(isinstance(r.transition, Retry) for r in reports or ()):
-        return "retrying"
+        return PendingReason.RETRYING
     if any(s.status == BACKOFF for s in statuses):
-        return "retrying"
-    return "in_progress"
+        return PendingReason.RETRYING
+    return PendingReason.IN_PROGRESS
 
 
 def outcome_name(settlement: Settlement, matched: bool, pending_reason: str) -> str:
     if not settlement.acknowledged:
-        return "dlq_failed" if settlement.dlq_error else pending_reason
+        return PendingReason.DLQ_FAILED if settlement.dlq_error else pending_reason
     if settlement.dead_lettered or not matched:
-        return "dead_lettered" if settlement.dead_lettered else "unmatched"
-    return "completed"
+        return Acknowledged.DEAD_LETTERED if settlement.dead_lettered else Acknowledged.UNMATCHED
+    return Acknowledged.COMPLETED
 
 
 def settlement_events(

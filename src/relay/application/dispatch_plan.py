@@ -18,6 +18,7 @@ from relay.application.classify import Occurrence, classify
 from relay.application.occurrence_plan import OccurrenceGone, OccurrenceRun, OccurrenceWait
 from relay.application.ports import CatalogSource, Clock
 from relay.application.registry import Catalog
+from relay.domain import classification as codec
 from relay.domain import schedule
 from relay.domain.execution import clamp_timeout_ns
 from relay.domain.invocation import invocation_field
@@ -156,11 +157,11 @@ class Planner:
         if plan.occurrence is not None:
             classification = plan.occurrence.occurrence_id  # never an event's class
         elif functions:
-            classification = "matched:" + ",".join(functions)
+            classification = codec.matched(functions)
         else:
             # Matching nothing while the catalog is not loaded yet, or a template
             # cannot be read, is not "unmatched": the class waits (the message too).
-            classification = "" if plan.waiting else "unmatched"
+            classification = codec.WAITING if plan.waiting else codec.UNMATCHED
         return BeginRequest(
             context=ctx,
             classification=classification,

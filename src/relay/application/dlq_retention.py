@@ -11,13 +11,11 @@ warning and is retried at the next tick; it never stops the worker.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from relay.application.ports import Clock
+from relay.application.ports import Clock, DeadLetterTrim
 from relay.application.ticker import tick_forever
 from relay.domain.durations import MILLISECOND, SECOND
 from relay.domain.errors import RelayError
@@ -26,17 +24,6 @@ from relay.domain.retention import trim_interval_ns
 log = structlog.get_logger(__name__)
 
 INITIAL_DELAY_NS = 5 * SECOND
-
-
-class DeadLetterTrim(Protocol):
-    """``RedisDeadLetterReader`` / ``SqliteDeadLetterReader``."""
-
-    @property
-    def key(self) -> str: ...
-
-    async def trim_before(self, cutoff_ms: int) -> int:
-        """Delete every entry written before ``cutoff_ms``; how many went."""
-        ...
 
 
 class DeadLetterRetention:

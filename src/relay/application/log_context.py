@@ -43,11 +43,6 @@ class log_context:
             _context.reset(self._token)
 
 
-def current_log_context() -> Mapping[str, Any]:
-    """The fields bound here (for tests and diagnostics)."""
-    return _context.get()
-
-
 def merge_log_context(
     _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:

@@ -7,14 +7,16 @@ role (``RedisEventStream``); in-memory fakes for unit tests live in
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from relay.domain.dead_letters import StoredDeadLetter
 from relay.domain.execution import InvocationRequest, InvocationResult, PoolSnapshot
 from relay.domain.functions import BuildTemplate, FunctionImage
 from relay.domain.git import GitSyncResult
+from relay.domain.message_facts import MessageFacts
 from relay.domain.outcome import (
     BeginRequest,
     BeginResult,
@@ -431,3 +433,166 @@ class StreamSample(Protocol):
     def newest(self, *, since_ms: int | None, limit: int) -> AsyncIterator[SampledEntry]:
         """Up to ``limit`` entries, newest first, none older than ``since_ms``."""
         ...
+
+
+# --- read sides: what the CLI (and the console) read through ------------------------
+# Both brokers implement each; ``relay.adapters.admin.open_admin_broker`` is the one
+# place the configured broker is chosen. Contract suites: tests/contract/
+# test_dead_letter_reader_contract.py, test_message_facts_contract.py.
+class DeadLetterTrim(Protocol):
+    """The part of :class:`DeadLetterStore` that ``DLQ_RETENTION`` uses."""
+
+    @property
+    def key(self) -> str:
+        """Where the entries live, for messages (the DLQ stream key; the file)."""
+        ...
+
+    async def trim_before(self, cutoff_ms: int) -> int:
+        """Delete every entry written before ``cutoff_ms``; how many went."""
+        ...
+
+
+class DeadLetterSource(Protocol):
+    """The part of :class:`DeadLetterStore` that ``relay dlq replay`` uses."""
+
+    async def get(self, entry_id: str) -> StoredDeadLetter:
+        """The entry with exactly this id; raises ``DeadLetterNotFound`` (or
+        ``InvalidEntryId`` for a text that is no entry id)."""
+        ...
+
+    async def discard(self, entry_id: str) -> bool:
+        """Delete the entry if it is still there; ``True`` when this call removed it."""
+        ...
+
+
+class DeadLetterStore(DeadLetterTrim, DeadLetterSource, Protocol):
+    """The dead-letter entries of one stream: read, select (page through) and remove.
+
+    Implemented by ``relay.adapters.redis.dlq_reader.RedisDeadLetterReader`` and
+    ``relay.adapters.sqlite.broker.dlq.SqliteDeadLetterReader``; entry ids are
+    ``<ms>-<seq>`` on both. Raises ``DependencyUnavailable`` when the broker fails.
+    """
+
+    async def count(self) -> int: ...
+
+    async def page(
+        self, *, newest_first: bool = True, count: int = 100, after: str | None = None
+    ) -> list[StoredDeadLetter]:
+        """Up to ``count`` entries in the chosen order, starting past ``after``."""
+        ...
+
+    def entries(
+        self, *, newest_first: bool = True, page_size: int = 100
+    ) -> AsyncIterator[StoredDeadLetter]:
+        """Every entry, read ``page_size`` at a time."""
+        ...
+
+    async def delete(self, entry_id: str) -> None:
+        """Delete exactly this entry; raises ``DeadLetterNotFound`` if absent."""
+        ...
+
+
+class MessageFactsReader(Protocol):
+    """What the broker knows about one message: its ledger, body, pending state and
+    dead-letter entries, read-only (``relay trace``; the domain gives the verdict).
+
+    Implemented by ``relay.adapters.redis.message_facts.RedisMessageFacts`` and
+    ``relay.adapters.sqlite.broker.message_facts.SqliteMessageFacts``.
+    """
+
+    async def facts(self, message_id: str) -> MessageFacts:
+        """The facts at the broker's clock. Raises ``ConfigError`` (one line naming
+        the variable) when the configured stream or group does not exist, and
+        ``DependencyUnavailable`` when the broker fails."""
+        ...
+
+
+class AdminBroker(Protocol):
+    """The admin side of the configured broker (``open_admin_broker``)."""
+
+    @property
+    def kind(self) -> str:
+        """``redis`` or ``sqlite`` (``RELAY_BROKER``), for output that names it."""
+        ...
+
+    @property
+    def dead_letters(self) -> DeadLetterStore: ...
+
+    @property
+    def facts(self) -> MessageFactsReader: ...
+
+    @property
+    def sample(self) -> StreamSample: ...
+
+    async def target_problem(self, *, group: bool) -> str | None:
+        """Why the configured stream (and, with ``group``, its consumer group)
+        cannot be read, as one line; ``None`` when it can."""
+        ...
+
+    async def append(self, payload: bytes) -> str:
+        """Append one event to the stream (no priority); its message id."""
+        ...
+
+    async def latest_published(self, prefixes: Collection[str]) -> dict[str, str]:
+        """Each schedule prefix's latest occurrence id still remembered."""
+        ...
+
+    @property
+    def priorities(self) -> bool:
+        """Whether events carry a priority class (the embedded broker only)."""
+        ...
+
+    @property
+    def events(self) -> EventPublisher:
+        """The broker's one way in for new events (what the worker's ingest uses)."""
+        ...
+
+    async def publish(
+        self,
+        batches: Iterable[Sequence[Publication]],
+        done: Callable[[list[str]], None],
+    ) -> None:
+        """Append each batch in order through :attr:`events`, one ``append`` per
+        batch, calling ``done`` with its new ids; raises ``DependencyUnavailable``
+        naming how many were appended before the failure (Redis)."""
+        ...
+
+    async def unread_note(self, group: str) -> str | None:
+        """One line when no consumer group (``group``, or any when empty) reads the
+        stream yet; the events wait there for the worker that creates it."""
+        ...
+
+
+# --- structural roles of single use cases ----------------------------------------
+class FunctionSlots(Protocol):
+    """The per-function concurrency limits (``relay.application.concurrency.Slots``)."""
+
+    def effective(self, capacity: int) -> int: ...
+
+    def resize(self, function: str, capacity: int) -> None: ...
+
+    def forget(self, function: str) -> None: ...
+
+
+class FunctionBreakers(Protocol):
+    """The per-function circuit breakers (``relay.application.breakers.BreakerBoard``)."""
+
+    def forget(self, function: str) -> None: ...
+
+
+class Intake(Protocol):
+    """A loop that takes messages (the consumer and recovery loops)."""
+
+    def stop_reading(self) -> None: ...
+
+
+class PoolReader(Protocol):
+    """The part of ``ContainerRuntime`` that reports a pool."""
+
+    def snapshot(self, function: str) -> PoolSnapshot | None: ...
+
+
+class StatsResetter(Protocol):
+    """``relay.application.stats.StatsRecorder``."""
+
+    async def reset(self) -> None: ...

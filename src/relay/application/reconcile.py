@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -31,7 +31,14 @@ import structlog
 from relay.application.bus import Emit, Handler, Outcome, Send
 from relay.application.function_summary import summarize
 from relay.application.image_retirement import ImageRetirement
-from relay.application.ports import Clock, ContainerRuntime, FunctionSource, ImageBuilder
+from relay.application.ports import (
+    Clock,
+    ContainerRuntime,
+    FunctionBreakers,
+    FunctionSlots,
+    FunctionSource,
+    ImageBuilder,
+)
 from relay.application.registry import ActiveFunction, FunctionRegistry
 from relay.application.services import ServiceConverger
 from relay.domain.commands import ConvergeServices, ReconcileAll, ReconcileFunction
@@ -58,22 +65,6 @@ FAILED = "failed"  # template or build failed; the previous version (if any) ser
 WAITING = "waiting"  # template.yaml missing: keep what serves, wait for more changes
 SKIPPED = "skipped"  # not a function (invalid name, or no template and never served)
 REMOVED = "removed"
-
-
-class FunctionSlots(Protocol):
-    """The per-function concurrency limits (``relay.application.concurrency.Slots``)."""
-
-    def effective(self, capacity: int) -> int: ...
-
-    def resize(self, function: str, capacity: int) -> None: ...
-
-    def forget(self, function: str) -> None: ...
-
-
-class FunctionBreakers(Protocol):
-    """The per-function circuit breakers (``relay.application.breakers.BreakerBoard``)."""
-
-    def forget(self, function: str) -> None: ...
 
 
 class Reconciler:

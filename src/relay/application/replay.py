@@ -12,7 +12,6 @@ lifecycle: no ledger, no retry, no new DLQ entry, no event counters.
 from __future__ import annotations
 
 import time
-from typing import Protocol
 
 import msgspec
 import structlog
@@ -24,7 +23,13 @@ from relay.application.invoke import (
     run_once,
     serving_function,
 )
-from relay.application.ports import CatalogSource, Invoker, SecretStore, SlotPool
+from relay.application.ports import (
+    CatalogSource,
+    DeadLetterSource,
+    Invoker,
+    SecretStore,
+    SlotPool,
+)
 from relay.domain import schedule
 from relay.domain.commands import ReplayDeadLetter
 from relay.domain.errors import RelayError
@@ -56,28 +61,6 @@ class ReplaySummary(msgspec.Struct, frozen=True, kw_only=True):
     function: str
     handler: str
     duration_s: float
-
-
-class StoredEntry(Protocol):
-    """An entry read back with its id (``relay.adapters.redis.dlq_reader.StoredDeadLetter``)."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def entry(self) -> DeadLetterEntry: ...
-
-
-class DeadLetterSource(Protocol):
-    """``relay.adapters.redis.dlq_reader.RedisDeadLetterReader``."""
-
-    async def get(self, entry_id: str) -> StoredEntry:
-        """The entry; raises a ``RelayError`` naming the id when there is none."""
-        ...
-
-    async def discard(self, entry_id: str) -> bool:
-        """Delete the entry if still there."""
-        ...
 
 
 class DeadLetterReplayer:

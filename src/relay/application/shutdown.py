@@ -16,24 +16,18 @@ On the first SIGTERM/SIGINT the daemon calls :meth:`GracefulStop.drain`:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 import anyio
 import structlog
 
 from relay.application.buffer import MessageBuffer
+from relay.application.ports import Intake
 
 _log = structlog.get_logger(__name__)
 
 COMPLETE = "complete"
 GRACE_EXPIRED = "grace_expired"
 INTERRUPTED = "interrupted"
-
-
-class Intake(Protocol):
-    """A loop that takes messages (the consumer and recovery loops)."""
-
-    def stop_reading(self) -> None: ...
 
 
 class GracefulStop:

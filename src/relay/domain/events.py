@@ -367,7 +367,7 @@ class GitSyncFinished(DomainEvent, frozen=True, kw_only=True):
 
 class GitWebhookDelivered(DomainEvent, frozen=True, kw_only=True):
     """A webhook delivery was answered; ``outcome`` is one of
-    ``relay.domain.git.DELIVERY_OUTCOMES``. Feeds ``git_webhook_deliveries_total``."""
+    ``relay.domain.git.DeliveryOutcome``. Feeds ``git_webhook_deliveries_total``."""
 
     outcome: str
 

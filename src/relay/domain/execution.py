@@ -136,10 +136,6 @@ class InvocationResult(msgspec.Struct, frozen=True, kw_only=True):
     output_dropped: int = 0
     image: str = ""
 
-    @property
-    def result_truncated(self) -> bool:
-        return self.result is not None and self.result_size > len(self.result)
-
 
 class PoolSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Live gauges plus cumulative counters of one function's warm pool."""

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 
 import msgspec
 
@@ -38,15 +39,17 @@ one more is closed at accept."""
 WEBHOOK_READ_DEADLINE_S = 10.0
 """From accept to the answer: GitHub gives up on a delivery after 10 s."""
 
-DELIVERY_OUTCOMES = (
-    "accepted",  # a push for the source: a sync was scheduled (202)
-    "ignored",  # a ping, another event, repository or ref, a deleted ref (200)
-    "duplicate",  # an X-GitHub-Delivery id already accepted (200, no second sync)
-    "unauthorized",  # a missing or wrong X-Hub-Signature-256 (401)
-    "malformed",  # not JSON (400)
-    "too_large",  # over MAX_WEBHOOK_BODY_BYTES (413)
-    "unavailable",  # the webhook secret cannot be read, or is blank (500)
-)
+class DeliveryOutcome(StrEnum):
+    """How a webhook delivery was answered (the ``outcome`` label of
+    ``git_webhook_deliveries_total`` and of the ``git_webhook_delivery`` log line)."""
+
+    ACCEPTED = "accepted"  # a push for the source: a sync was scheduled (202)
+    IGNORED = "ignored"  # a ping, another event, repository or ref, a deleted ref (200)
+    DUPLICATE = "duplicate"  # an X-GitHub-Delivery id already accepted (200, no second sync)
+    UNAUTHORIZED = "unauthorized"  # a missing or wrong X-Hub-Signature-256 (401)
+    MALFORMED = "malformed"  # not JSON (400)
+    TOO_LARGE = "too_large"  # over MAX_WEBHOOK_BODY_BYTES (413)
+    UNAVAILABLE = "unavailable"  # the webhook secret cannot be read, or is blank (500)
 
 
 class GitError(RelayError):

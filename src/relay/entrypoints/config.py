@@ -116,6 +116,11 @@ class BrokerSettings:
     def embedded(self) -> bool:
         return self.kind == "sqlite"
 
+    @property
+    def file(self) -> Path | None:
+        """The broker's own file (the embedded broker), or ``None`` (Redis)."""
+        return self.path if self.embedded else None
+
 
 @dataclass(frozen=True, slots=True)
 class TraefikSettings:
@@ -259,10 +264,10 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             "a positive duration such as 90s or 5m",
         ),
         max_event_bytes=c.parse(
-            "MAX_EVENT_BYTES",
+            EVENT_BYTES_VARIABLE,
             parse_event_bytes,
             DEFAULT_MAX_EVENT_BYTES,
-            "a size from 1 byte to 1MiB, in bytes or with a KiB/MiB suffix",
+            f"{EVENT_BYTES_ACCEPTS}, in bytes or with a KiB/MiB suffix",
         ),
         shutdown_grace_ns=c.parse(
             "SHUTDOWN_GRACE",
@@ -311,18 +316,6 @@ def load_paths(env: Mapping[str, str]) -> Paths:
         run_dir=Path(run) if run else DEFAULT_RUN_DIR,
         shared_direct_dir=Path(shared) if shared else None,
     )
-
-
-def load_redis_settings(
-    env: Mapping[str, str], *, need_stream: bool = True, need_group: bool = True
-) -> RedisSettings:
-    """The Redis part alone, for admin commands (``relay dlq``, ``relay trace``,
-    ``relay health``). Variables not needed are not required."""
-    c = _Collector(env)
-    redis = _redis(c, need_stream=need_stream, need_group=need_group)
-    if c.problems:
-        raise ConfigError("\n".join(c.problems))
-    return redis
 
 
 def load_broker_settings(
@@ -593,6 +586,25 @@ def parse_ledger_retention(value: str) -> int:
     if ns < MIN_LEDGER_RETENTION_NS:
         raise ValueError(value)
     return ns
+
+
+EVENT_BYTES_VARIABLE = "MAX_EVENT_BYTES"
+EVENT_BYTES_ACCEPTS = "a size from 1 byte to 1MiB"
+
+
+def load_max_event_bytes(env: Mapping[str, str]) -> int:
+    """``MAX_EVENT_BYTES`` for the commands that check events as the worker will
+    (``relay publish``, ``relay function match``): the same default and parser as
+    :func:`load_settings`, one line (:class:`ConfigError`) when it is invalid."""
+    raw = env.get(EVENT_BYTES_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_MAX_EVENT_BYTES
+    try:
+        return parse_event_bytes(raw)
+    except ValueError:
+        raise ConfigError(
+            f"{EVENT_BYTES_VARIABLE}={raw[:40]!r} is invalid: {EVENT_BYTES_ACCEPTS}"
+        ) from None
 
 
 def parse_event_bytes(value: str) -> int:

@@ -8,14 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import anyio
-
+from relay.adapters.admin import check_broker
 from relay.adapters.docker.connection import connect_docker
-from relay.adapters.redis.connection import connect_redis
-from relay.adapters.sqlite.broker.store import BrokerStore
-from relay.adapters.system import SystemClock
 from relay.domain.errors import ConfigError, RelayError
-from relay.entrypoints.config import BrokerSettings, load_broker_settings
+from relay.entrypoints.config import load_broker_settings
 
 
 async def check_health(env: Mapping[str, str]) -> str | None:
@@ -25,11 +21,7 @@ async def check_health(env: Mapping[str, str]) -> str | None:
     except ConfigError as exc:
         return str(exc)
     try:
-        if broker.embedded:
-            await _check_file(broker)
-        else:
-            client = await connect_redis(redis.url)
-            await client.aclose()
+        await check_broker(broker, redis)
     except RelayError as exc:
         return str(exc)
     try:
@@ -39,9 +31,3 @@ async def check_health(env: Mapping[str, str]) -> str | None:
     await docker.close()
     return None
 
-
-async def _check_file(broker: BrokerSettings) -> None:
-    if not broker.path.exists():
-        raise ConfigError(f"broker file {broker.path} does not exist (is a worker running here?)")
-    store = await anyio.to_thread.run_sync(BrokerStore, broker.path, SystemClock())
-    await anyio.to_thread.run_sync(store.close)

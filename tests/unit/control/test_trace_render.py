@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from relay.entrypoints.cli.trace import MessageFacts, describe_marker, render_trace, verdict
+from relay.domain.message_facts import MessageFacts
+from relay.entrypoints.cli.trace_render import describe_marker, render_trace
+from relay.entrypoints.cli.trace_render import verdict_text as verdict
 
 NOW = 1_800_000_000_000
 

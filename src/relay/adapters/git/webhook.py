@@ -39,6 +39,7 @@ from relay.domain.git import (
     MAX_WEBHOOK_CONNECTIONS,
     MAX_WEBHOOK_WAITING,
     WEBHOOK_READ_DEADLINE_S,
+    DeliveryOutcome,
     GitSource,
     push_decision,
     signature_valid,
@@ -144,7 +145,8 @@ class WebhookServer:
                 await self.aclose()
 
     async def handle(self, request: web.Request) -> web.Response:
-        outcome, response = await self._answer(request)
+        answered, response = await self._answer(request)
+        outcome = answered.value  # the plain text in the event, the metric and the log
         response.force_close()  # one request per connection: the guard's deadline is its own
         self._notify(GitWebhookDelivered(outcome=outcome))
         _log.info(
@@ -163,10 +165,10 @@ class WebhookServer:
         except web.HTTPRequestEntityTooLarge:
             return None
 
-    async def _answer(self, request: web.Request) -> tuple[str, web.Response]:
+    async def _answer(self, request: web.Request) -> tuple[DeliveryOutcome, web.Response]:
         body = await self._read(request)
         if body is None:
-            return "too_large", _reply(413, f"body over {self._max_body} bytes")
+            return DeliveryOutcome.TOO_LARGE, _reply(413, f"body over {self._max_body} bytes")
         if self.source.webhook_secret is not None:
             refused = await self._check_signature(body, request)
             if refused is not None:
@@ -174,23 +176,24 @@ class WebhookServer:
         try:
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            return "malformed", _reply(400, "body is not JSON")
+            return DeliveryOutcome.MALFORMED, _reply(400, "body is not JSON")
         decision = push_decision(request.headers.get("X-GitHub-Event"), payload, self.source)
         if not decision.schedule:
-            return "ignored", _reply(200, decision.reason)
+            return DeliveryOutcome.IGNORED, _reply(200, decision.reason)
         delivery = request.headers.get("X-GitHub-Delivery", "")
         if delivery and delivery in self._accepted:
-            return "duplicate", _reply(200, "delivery already accepted; no second sync")
+            answer = _reply(200, "delivery already accepted; no second sync")
+            return DeliveryOutcome.DUPLICATE, answer
         if delivery:
             self._accepted[delivery] = None
             while len(self._accepted) > REMEMBERED_DELIVERIES:
                 self._accepted.popitem(last=False)
         self._request_sync()
-        return "accepted", _reply(202, "sync scheduled")
+        return DeliveryOutcome.ACCEPTED, _reply(202, "sync scheduled")
 
     async def _check_signature(
         self, body: bytes, request: web.Request
-    ) -> tuple[str, web.Response] | None:
+    ) -> tuple[DeliveryOutcome, web.Response] | None:
         name = self.source.webhook_secret
         assert name is not None
         try:
@@ -198,7 +201,7 @@ class WebhookServer:
         except (RelayError, OSError) as exc:
             # the reason names the secret, never a value
             _log.error("git_webhook_secret_unavailable", secret=name, error=str(exc))
-            return "unavailable", _reply(500, "webhook secret unavailable")
+            return DeliveryOutcome.UNAVAILABLE, _reply(500, "webhook secret unavailable")
         # `echo value | relay secret set` stores a trailing newline GitHub never signs with
         secret = secret.rstrip("\r\n")
         if not secret.strip():
@@ -206,9 +209,10 @@ class WebhookServer:
             _log.error("git_webhook_secret_unavailable", secret=name,
                        error=f'secret "{name}" is empty or whitespace only; '
                        f"set it with `relay secret set {name}`")
-            return "unavailable", _reply(500, "webhook secret unavailable")
+            return DeliveryOutcome.UNAVAILABLE, _reply(500, "webhook secret unavailable")
         if not signature_valid(secret, body, request.headers.get("X-Hub-Signature-256")):
-            return "unauthorized", _reply(401, "missing or invalid X-Hub-Signature-256")
+            answer = _reply(401, "missing or invalid X-Hub-Signature-256")
+            return DeliveryOutcome.UNAUTHORIZED, answer
         return None
 
 

@@ -8,8 +8,6 @@ replay those entries; this module reads and deletes them (and trims them for
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -18,91 +16,13 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay.adapters.redis.keys import dlq_key
-from relay.domain.errors import DependencyUnavailable, RelayError
-from relay.domain.outcome import PLACEHOLDER, DeadLetterEntry
-from relay.domain.retention import StreamId
-
-__all__ = [
-    "DeadLetterNotFound",
-    "InvalidEntryId",
-    "RedisDeadLetterReader",
-    "StoredDeadLetter",
-    "dlq_key",
-]
-
-
-class DeadLetterNotFound(RelayError):
-    """No dead-letter entry has the given id."""
-
-
-class InvalidEntryId(RelayError):
-    """The given text is not a stream entry id."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredDeadLetter:
-    """One dead-letter entry as stored: its stream id and its flat fields."""
-
-    id: str
-    entry: DeadLetterEntry
-
-    @classmethod
-    def from_reply(cls, entry_id: str | bytes, fields: Mapping[Any, Any]) -> StoredDeadLetter:
-        values = {_text(k): _text(v) for k, v in fields.items()}
-        return cls(_text(entry_id), DeadLetterEntry.from_fields(values))
-
-    @property
-    def replayable(self) -> bool:
-        """Placeholder entries (malformed messages) name no handler to re-run."""
-        e = self.entry
-        return bool(e.function and e.handler) and PLACEHOLDER not in (e.function, e.handler)
-
-    @property
-    def created_ms(self) -> int:
-        """When the entry was written: the millisecond part of its id."""
-        return StreamId.parse(self.id).ms
-
-
-def parse_entry_id(text: str) -> str:
-    """Normalise a user-given id (``<ms>-<seq>``; a bare ``<ms>`` means ``<ms>-0``)."""
-    try:
-        return str(StreamId.parse(text.strip()))
-    except ValueError:
-        raise InvalidEntryId(
-            f"{text!r} is not a dead-letter entry id (expected <milliseconds>-<sequence>, "
-            "as shown by 'relay dlq ls')"
-        ) from None
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-class PagedEntries:
-    """``entries`` read through ``page``, the one way both brokers' readers walk
-    their dead letters."""
-
-    async def page(
-        self, *, newest_first: bool = True, count: int = 100, after: str | None = None
-    ) -> list[StoredDeadLetter]:
-        raise NotImplementedError
-
-    async def entries(
-        self, *, newest_first: bool = True, page_size: int = 100
-    ) -> AsyncIterator[StoredDeadLetter]:
-        """Every entry, read ``page_size`` at a time."""
-        after: str | None = None
-        while True:
-            batch = await self.page(newest_first=newest_first, count=page_size, after=after)
-            for entry in batch:
-                yield entry
-            if len(batch) < page_size:
-                return
-            after = batch[-1].id
+from relay.application.dead_letter_pages import PagedEntries
+from relay.domain.dead_letters import DeadLetterNotFound, StoredDeadLetter, parse_entry_id
+from relay.domain.errors import DependencyUnavailable
 
 
 class RedisDeadLetterReader(PagedEntries):
-    """List, fetch and delete entries of one stream's dead-letter stream."""
+    """The ``DeadLetterStore`` of one stream's dead-letter stream: list, fetch, delete."""
 
     def __init__(self, redis: Redis, stream: str) -> None:
         self._redis = redis

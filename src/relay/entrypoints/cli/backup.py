@@ -51,6 +51,6 @@ def _sources() -> dict[str, Path]:
     except RelayError as exc:
         fail("; ".join(str(exc).splitlines()))
     sources = {STATE_NAME: load_paths(os.environ).database}
-    if broker.embedded:
-        sources[BROKER_NAME] = broker.path
+    if broker.file is not None:
+        sources[BROKER_NAME] = broker.file
     return sources

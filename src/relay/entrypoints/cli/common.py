@@ -83,11 +83,6 @@ def _one_line(text: str) -> str:
     return " ".join(text.split()).rstrip(".")
 
 
-def not_available(command: str) -> NoReturn:
-    """For commands present in the tree whose feature has not landed yet."""
-    fail(f"'{command}' is not available yet in this version", EXIT_USAGE)
-
-
 def state_dir_problem(state_dir: Path) -> str | None:
     """Why the state directory cannot be read, or ``None``. A read command pointed at
     a directory that is not there (a typo in ``RELAY_STATE_DIR``) fails with this

@@ -38,52 +38,20 @@ def function_names() -> list[str]:
 
 
 def dlq_ids() -> list[str]:
+    from relay.adapters.admin import recent_dead_letter_ids
     from relay.entrypoints.config import load_broker_settings
 
     try:
         broker, redis = load_broker_settings(os.environ, need_group=False)
     except Exception:  # noqa: BLE001 - no settings: nothing to offer
         return []
-    if broker.embedded:
-        sql = f"SELECT created_ms || '-' || seq FROM dlq ORDER BY seq DESC LIMIT {LIMIT}"  # noqa: S608 - a constant
-        return _sqlite(broker.path, sql)
-    return _redis_dlq_ids(redis.url, redis.stream)
-
-
-def _redis_dlq_ids(url: str, stream: str) -> list[str]:
-    import redis
-
-    from relay.adapters.redis.keys import dlq_key
-
-    client = redis.Redis.from_url(
-        url, socket_timeout=_TIMEOUT_S, socket_connect_timeout=_TIMEOUT_S
-    )
-    try:
-        entries = client.xrevrange(dlq_key(stream), count=LIMIT) or []
-        return [_text(entry_id) for entry_id, _fields in entries]
-    except Exception:  # noqa: BLE001 - Redis down or refusing: nothing to offer
-        return []
-    finally:
-        client.close()
+    return recent_dead_letter_ids(broker, redis, limit=LIMIT, timeout_s=_TIMEOUT_S)
 
 
 def _sqlite(path: Path, sql: str) -> list[str]:
-    import sqlite3
+    from relay.adapters.admin import read_only_column
 
-    if not path.is_file():
-        return []  # reading must not create the file
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=_TIMEOUT_S)
-        try:
-            return [str(row[0]) for row in conn.execute(sql)]
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return []
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return read_only_column(path, sql, _TIMEOUT_S)
 
 
 # (command path, parameter name) -> the values it completes to

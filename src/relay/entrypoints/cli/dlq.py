@@ -31,12 +31,7 @@ import typer
 from relay.adapters.control.client import ControlRequestError, WorkerUnavailable, request
 from relay.domain.commands import ReplayDeadLetter
 from relay.domain.dlq_selection import DEFAULT_RATE
-from relay.entrypoints.cli.brokers import (
-    DeadLetters,
-    broker_settings,
-    require_stream,
-    with_dead_letters,
-)
+from relay.entrypoints.cli.brokers import broker_settings, require_stream, with_dead_letters
 from relay.entrypoints.cli.common import EXIT_USAGE, fail, out
 from relay.entrypoints.cli.dlq_bulk_replay import REPLAY_TIMEOUT_S, replay_selection
 from relay.entrypoints.cli.dlq_republish import republish_malformed
@@ -56,8 +51,9 @@ from relay.entrypoints.cli.dlq_select import (
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import BrokerSettings, RedisSettings, load_paths
 
-if TYPE_CHECKING:  # the reader's module imports redis; a type needs none of it
-    from relay.adapters.redis.dlq_reader import StoredDeadLetter
+if TYPE_CHECKING:
+    from relay.application.ports import DeadLetterStore
+    from relay.domain.dead_letters import StoredDeadLetter
 
 T = TypeVar("T")
 
@@ -73,7 +69,7 @@ def _settings(*, need_group: bool = False) -> Settings:
     return broker_settings(need_group=need_group)
 
 
-def _with_reader(settings: Settings, action: Callable[[DeadLetters], Awaitable[T]]) -> T:
+def _with_reader(settings: Settings, action: Callable[[DeadLetterStore], Awaitable[T]]) -> T:
     return with_dead_letters(settings, action)
 
 
@@ -212,7 +208,7 @@ def _confirm(question: str) -> bool:
     return typer.confirm(question, default=False, err=True)
 
 
-async def _delete(reader: DeadLetters, entry_id: str) -> StoredDeadLetter:
+async def _delete(reader: DeadLetterStore, entry_id: str) -> StoredDeadLetter:
     entry = await reader.get(entry_id)
     await reader.delete(entry.id)
     return entry

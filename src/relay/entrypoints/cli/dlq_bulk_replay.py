@@ -32,8 +32,8 @@ from relay.entrypoints.cli.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_US
 from relay.entrypoints.cli.dlq_select import check_function_known, discard_all, select
 from relay.entrypoints.config import BrokerSettings, RedisSettings, load_paths
 
-if TYPE_CHECKING:  # the reader's module imports redis; a type needs none of it
-    from relay.adapters.redis.dlq_reader import StoredDeadLetter
+if TYPE_CHECKING:  # a type only
+    from relay.domain.dead_letters import StoredDeadLetter
 
 Settings = tuple[BrokerSettings, RedisSettings]
 

@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING
 import anyio
 
 from relay.domain.dlq_event import dlq_event_bytes, republishable
-from relay.domain.errors import DependencyUnavailable, RelayError
-from relay.domain.publication import Publication
+from relay.domain.errors import RelayError
 from relay.entrypoints.cli.brokers import with_dead_letters
 from relay.entrypoints.cli.common import fail, out
 from relay.entrypoints.config import BrokerSettings, RedisSettings
 
 if TYPE_CHECKING:  # a type only: `relay dlq --help` imports no broker client
-    from relay.adapters.redis.dlq_reader import StoredDeadLetter
+    from relay.domain.dead_letters import StoredDeadLetter
 
 __all__ = ["republish_malformed"]
 
@@ -40,9 +39,9 @@ def republish_malformed(
             f"(remove it with 'relay dlq rm {stored.id}')"
         )
     payload = dlq_event_bytes(entry.event)
+    stream = settings[1].stream
     try:
-        stream = settings[1].stream
-        new_id = anyio.run(_append, settings, stream, payload)
+        new_id = anyio.run(_append, settings, payload)
     except RelayError as exc:
         fail(f"replay of {stored.id} failed: {exc}; the entry is kept")
     with_dead_letters(settings, lambda reader: reader.discard(stored.id))
@@ -52,16 +51,8 @@ def republish_malformed(
     )
 
 
-async def _append(
-    settings: tuple[BrokerSettings, RedisSettings], stream: str, payload: bytes
-) -> str:
-    from relay.entrypoints.cli.publishing import driver_error, open_publisher
+async def _append(settings: tuple[BrokerSettings, RedisSettings], payload: bytes) -> str:
+    from relay.adapters.admin import open_admin_broker
 
-    async with open_publisher(settings, stream, create=False) as (publisher, redis):
-        try:
-            (new_id,) = await publisher.append([Publication(payload)])
-        except Exception as exc:
-            if redis is None or not driver_error(exc):
-                raise
-            raise DependencyUnavailable(f"cannot append to stream {stream!r}: {exc}") from exc
-    return new_id
+    async with open_admin_broker(*settings) as admin:
+        return await admin.append(payload)

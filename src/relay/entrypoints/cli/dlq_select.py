@@ -19,12 +19,12 @@ import typer
 
 from relay.adapters.sqlite.db import open_db_readonly
 from relay.domain.dlq_selection import InvalidSelection, Selection, parse_limit, parse_time_bound
-from relay.entrypoints.cli.brokers import DeadLetters
 from relay.entrypoints.cli.common import EXIT_USAGE, fail
 from relay.entrypoints.config import load_paths
 
-if TYPE_CHECKING:  # the reader's module imports redis; a type needs none of it
-    from relay.adapters.redis.dlq_reader import StoredDeadLetter
+if TYPE_CHECKING:
+    from relay.application.ports import DeadLetterStore
+    from relay.domain.dead_letters import StoredDeadLetter
 
 FunctionOpt = Annotated[
     str | None, typer.Option("--function", help="Only entries of this function.")
@@ -104,7 +104,7 @@ def _window(
     return since_ms, until_ms
 
 
-async def select(reader: DeadLetters, chosen: Selection, *, newest_first: bool) -> Selected:
+async def select(reader: DeadLetterStore, chosen: Selection, *, newest_first: bool) -> Selected:
     """One walk over every entry, keeping the matches (up to ``chosen.limit``)."""
     found = Selected(total=await reader.count())
     async for stored in reader.entries(newest_first=newest_first):
@@ -146,7 +146,7 @@ def _loaded_functions() -> set[str]:
         return set()  # an unreadable state database only loses the typo check
 
 
-async def discard_all(reader: DeadLetters, ids: list[str]) -> int:
+async def discard_all(reader: DeadLetterStore, ids: list[str]) -> int:
     """Delete each entry still there; how many this call removed."""
     removed = 0
     for entry_id in ids:

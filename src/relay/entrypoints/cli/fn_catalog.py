@@ -20,11 +20,10 @@ import typer
 
 from relay.adapters.control.client import fetch_pool
 from relay.adapters.sqlite.db import StateDatabase, open_db_readonly, parse_rfc3339
-from relay.domain import schedule
-from relay.domain.template import ScheduleRule
 from relay.entrypoints.cli import cron_text
+from relay.entrypoints.cli.breaker_view import breaker_lines, fetch_breaker
 from relay.entrypoints.cli.common import fail, out
-from relay.entrypoints.cli.fn_breaker import breaker_lines, fetch_breaker
+from relay.entrypoints.cli.fire_times import next_fire_text
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import load_paths
 
@@ -219,28 +218,6 @@ def _schedules(
         if upcoming:
             lines.append(f"  {'':<{width}}  next: {upcoming}")
     return lines
-
-
-def next_fire_text(cron: str, zone: str, now: float) -> str | None:
-    """``2026-12-02T03:00:00Z (2026-12-02T04:00:00+01:00 Europe/Rome)``: the next
-    firing after ``now`` in UTC and on the schedule's wall clock; ``None`` when a
-    stored row cannot say (display only, never fails)."""
-    try:
-        rule = ScheduleRule(handler="-", cron=cron, timezone=zone)
-        at = schedule.next_firing(rule, int(now))
-        return f"{schedule.instant(at)} ({schedule.local_time(rule, at)} {zone})"
-    except Exception:  # noqa: BLE001 - display only: a row that cannot say shows no line
-        return None
-
-
-def next_fire_at(cron: str, zone: str, now: float) -> str | None:
-    """The next firing after ``now`` as RFC3339 UTC (``--json``); ``None`` when a
-    stored row cannot say."""
-    try:
-        rule = ScheduleRule(handler="-", cron=cron, timezone=zone)
-        return schedule.instant(schedule.next_firing(rule, int(now)))
-    except Exception:  # noqa: BLE001 - display only, as next_fire_text
-        return None
 
 
 def _services(

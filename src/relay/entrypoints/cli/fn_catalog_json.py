@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from relay.domain.stats import FUNCTION_TIMESTAMPS
-from relay.entrypoints.cli.fn_breaker import breaker_document
-from relay.entrypoints.cli.fn_catalog import next_fire_at
+from relay.entrypoints.cli.breaker_view import breaker_document
+from relay.entrypoints.cli.fire_times import next_fire_at
 
 _STATS = ("events_matched", "handler_success", "handler_failure", "retries", "dlq_entries")
 _POOL_LIVE = ("capacity", "containers", "busy", "idle", "starting")

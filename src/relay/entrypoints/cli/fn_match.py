@@ -25,17 +25,17 @@ from relay.application.dry_run import (
     StreamNotFound,
     dry_run_catalog,
 )
-from relay.application.ports import StreamSample
+from relay.application.ports import DeadLetterStore, StreamSample
 from relay.domain.durations import DurationError, parse_setting_duration
 from relay.domain.errors import RelayError
 from relay.domain.outcome import rfc3339
-from relay.entrypoints.cli.brokers import DeadLetters, broker_settings, open_store, redis_client
+from relay.entrypoints.cli.brokers import broker_settings
 from relay.entrypoints.cli.common import EXIT_FAILURE, EXIT_USAGE, fail, out
 from relay.entrypoints.cli.json_output import emit_json
-from relay.entrypoints.config import DEFAULT_MAX_EVENT_BYTES, parse_event_bytes
+from relay.entrypoints.config import load_max_event_bytes
 
 if TYPE_CHECKING:
-    from relay.entrypoints.cli.fn_authoring import Loaded
+    from relay.entrypoints.cli.fn_loading import Loaded
 
 
 DRY_RUN_LIMIT = 1000
@@ -137,28 +137,20 @@ def parse_since(text: str) -> int:
     return -(-ns // 1_000_000)  # at least 1 ms: a positive duration stays positive
 
 
-def max_event_bytes() -> int:
-    raw = os.environ.get("MAX_EVENT_BYTES", "").strip()
-    if not raw:
-        return DEFAULT_MAX_EVENT_BYTES
-    try:
-        return parse_event_bytes(raw)
-    except ValueError:
-        fail(f"MAX_EVENT_BYTES={raw[:40]!r} is invalid: a size from 1 byte to 1MiB")
-
-
 def run_dry(loaded: list[Loaded], request: Request, *, as_json: bool) -> None:
     """Read, count, print; exit 1 when a template could not be loaded."""
     valid = {f.name: f.template for f in loaded if f.template is not None}
     invalid = [f for f in loaded if f.template is None]
     catalog = dry_run_catalog(valid, (f.name for f in invalid))
-    counter = DryRun(
-        catalog, max_event_bytes=max_event_bytes(), at=request.at, explain=request.explain
-    )
+    try:
+        limit = load_max_event_bytes(os.environ)
+    except RelayError as exc:
+        fail(str(exc))
+    counter = DryRun(catalog, max_event_bytes=limit, at=request.at, explain=request.explain)
     broker, redis_settings = broker_settings(need_group=False)
     stream = redis_settings.stream
 
-    async def read_all(sample: StreamSample, dead: DeadLetters | None) -> None:
+    async def read_all(sample: StreamSample, dead: DeadLetterStore | None) -> None:
         try:
             await sample.check()
         except StreamNotFound:
@@ -176,26 +168,14 @@ def run_dry(loaded: list[Loaded], request: Request, *, as_json: bool) -> None:
         async for entry in entries:
             counter.add(entry)
 
-    # each broker's readers imported on its own path: `function validate` and a
+    # the broker's readers are imported when it is opened: `function validate` and a
     # match against one event (this module's neighbours) need neither
     async def run() -> None:
-        if broker.embedded:
-            from relay.adapters.sqlite.broker.dlq import SqliteDeadLetterReader
-            from relay.adapters.sqlite.broker.sample import SqliteStreamSample
+        from relay.adapters.admin import open_admin_broker
 
-            async with open_store(broker, create=False) as store:
-                local = SqliteDeadLetterReader(store) if request.source == "dlq" else None
-                await read_all(SqliteStreamSample(store, stream), local)
-            return
-        from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
-        from relay.adapters.redis.stream_sample import RedisStreamSample
-
-        redis = redis_client(redis_settings.url)
-        try:
-            dead = RedisDeadLetterReader(redis, stream) if request.source == "dlq" else None
-            await read_all(RedisStreamSample(redis, stream), dead)
-        finally:
-            await redis.aclose()
+        async with open_admin_broker(broker, redis_settings) as admin:
+            dead = admin.dead_letters if request.source == "dlq" else None
+            await read_all(admin.sample, dead)
 
     try:
         anyio.run(run)
@@ -213,7 +193,7 @@ def run_dry(loaded: list[Loaded], request: Request, *, as_json: bool) -> None:
 
 
 async def dead_letter_events(
-    reader: DeadLetters, *, since_ms: int | None, limit: int
+    reader: DeadLetterStore, *, since_ms: int | None, limit: int
 ) -> AsyncIterator[SampledEntry]:
     """The original events of the dead-letter entries, newest entry first, each
     original message once (one entry per exhausted handler shares its event)."""

@@ -89,7 +89,7 @@ def run(
 
 def _load(directory: Path) -> tuple[str, Path, Template]:
     from relay.adapters.fs.templates import TEMPLATE_FILE
-    from relay.entrypoints.cli.fn_authoring import load
+    from relay.entrypoints.cli.fn_loading import load
 
     if directory.is_file() and directory.name == TEMPLATE_FILE:
         directory = directory.parent

@@ -1,7 +1,7 @@
 """What ``relay function validate`` prints: text (the default), ``--json`` (the
 ``function.validate`` document, docs/schemas) or ``--format github`` (GitHub
 Actions annotations, ``::error file=F,line=N::message``, so a workflow step marks
-the template line in the pull request). Checking is ``fn_authoring``'s; this
+the template line in the pull request). Checking is ``fn_loading``'s; this
 module only locates each problem (the template file and its line) and prints it.
 
 A problem is ``<field>: <why>`` (``events[0].pattern: is required``) or, for YAML
@@ -25,7 +25,7 @@ from relay.entrypoints.cli.common import out, usage
 from relay.entrypoints.cli.json_output import emit_json
 
 if TYPE_CHECKING:
-    from relay.entrypoints.cli.fn_authoring import Loaded
+    from relay.entrypoints.cli.fn_loading import Loaded
 
 FORMATS = ("text", "json", "github")
 FormatOption = Annotated[

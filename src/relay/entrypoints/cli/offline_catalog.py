@@ -19,7 +19,7 @@ from typing import Any
 import typer
 
 from relay.entrypoints.cli.common import fail
-from relay.entrypoints.cli.fn_authoring import Loaded, PathNotFound, discover, load
+from relay.entrypoints.cli.fn_loading import Loaded, PathNotFound, discover, load
 
 STATUS_VALID = "valid"
 STATUS_INVALID = "invalid"

@@ -19,22 +19,16 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from relay.domain.errors import ConfigError, DependencyUnavailable, EventError, RelayError
+from relay.domain.errors import EventError, RelayError
 from relay.domain.priority import InvalidPriority, priority_class
 from relay.domain.publication import Publication
 from relay.entrypoints.cli.brokers import broker_settings
 from relay.entrypoints.cli.common import fail, out, usage
 from relay.entrypoints.cli.publish_input import StdinRun, repeated
-from relay.entrypoints.cli.publishing import driver_error, open_publisher
-from relay.entrypoints.config import (
-    DEFAULT_MAX_EVENT_BYTES,
-    BrokerSettings,
-    RedisSettings,
-    parse_event_bytes,
-)
+from relay.entrypoints.config import BrokerSettings, RedisSettings, load_max_event_bytes
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
+    pass
 
 
 def register(app: typer.Typer) -> None:
@@ -66,11 +60,8 @@ def publish(
     try:
         if priority is not None:
             priority_class(priority)
-        limit = _max_event_bytes()
+        limit = load_max_event_bytes(os.environ)
         settings = broker_settings()
-        if priority is not None and not settings[0].embedded:
-            typer.echo("relay: note: the Redis broker has no priority; --priority is ignored",
-                       err=True)
         batches = _batches(event, count, run, limit)
         anyio.run(_publish, settings, batches, priority, trace)
     except InvalidPriority as exc:
@@ -108,52 +99,34 @@ def _traceparent(raw: str | None) -> str:
     return valid
 
 
-def _max_event_bytes() -> int:
-    raw = os.environ.get("MAX_EVENT_BYTES", "").strip()
-    if not raw:
-        return DEFAULT_MAX_EVENT_BYTES
-    try:
-        return parse_event_bytes(raw)
-    except ValueError:
-        raise ConfigError(
-            f"MAX_EVENT_BYTES={raw[:40]!r} is invalid: a size from 1 byte to 1MiB"
-        ) from None
-
-
 async def _publish(
     settings: tuple[BrokerSettings, RedisSettings],
     batches: Iterator[list[bytes]],
     priority: str | None,
     traceparent: str,
 ) -> None:
-    stream = settings[1].stream
-    done = 0
-    note = None
-    async with open_publisher(settings, stream, create=True) as (publisher, redis):
-        try:
-            for batch in batches:
-                publications = [
-                    Publication(p, priority, traceparent=traceparent or None) for p in batch
-                ]
-                done += _print(await publisher.append(publications))
-            if redis is not None and done:
-                note = await _unread_note(redis, stream)
-        except Exception as exc:
-            if redis is None or not driver_error(exc):
-                raise
-            # ids printed so far were appended; the batch that failed may be in part
-            raise DependencyUnavailable(
-                f"cannot publish to Redis: {exc} ({done} event(s) before it were published)"
-            ) from exc
+    from relay.adapters.admin import open_admin_broker
+
+    published = 0
+
+    def done(ids: list[str]) -> None:
+        nonlocal published
+        published += _print(ids)
+
+    async with open_admin_broker(*settings, create=True, ping=True) as admin:
+        if priority is not None and not admin.priorities:
+            typer.echo("relay: note: the Redis broker has no priority; --priority is ignored",
+                       err=True)
+        batched = (
+            [Publication(p, priority, traceparent=traceparent or None) for p in batch]
+            for batch in batches
+        )
+        await admin.publish(batched, done)
+        # publish needs no group, so the settings hold none; the note names the configured one
+        group = os.environ.get("REDIS_GROUP", "").strip()
+        note = await admin.unread_note(group) if published else None
     if note is not None:
         typer.echo(f"relay: note: {note}", err=True)
-
-
-async def _unread_note(redis: Redis, stream: str) -> str | None:
-    from relay.entrypoints.cli.brokers import unread_stream_note
-
-    # publish needs no group, so the settings hold none; the note names the configured one
-    return await unread_stream_note(redis, stream, os.environ.get("REDIS_GROUP", "").strip())
 
 
 def _print(ids: list[str]) -> int:

@@ -26,9 +26,9 @@ from relay.adapters.sqlite.db import open_db_readonly
 from relay.domain import schedule
 from relay.domain.errors import RelayError
 from relay.domain.schedule import INSTANT_LENGTH
-from relay.entrypoints.cli.brokers import open_store, redis_client
 from relay.entrypoints.cli.common import fail, out
-from relay.entrypoints.cli.fn_catalog import FunctionsOption, next_fire_at, next_fire_text
+from relay.entrypoints.cli.fire_times import next_fire_at, next_fire_text
+from relay.entrypoints.cli.fn_catalog import FunctionsOption
 from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 from relay.entrypoints.config import load_broker_settings, load_paths
 
@@ -116,19 +116,11 @@ def _schedules() -> list[tuple[str, Mapping[str, Any]]]:
 async def _latest(prefixes: Sequence[str]) -> dict[str, str]:
     # the dedup records are per stream (REDIS_STREAM; on the embedded broker its default)
     broker, settings = load_broker_settings(os.environ, need_stream=True, need_group=False)
-    # each broker's reader imported on its own path: `relay schedule --help` needs neither
-    if broker.embedded:
-        from relay.adapters.sqlite.broker import schedules as sqlite_schedules
+    # the broker's reader is imported when it is opened: `relay schedule --help` needs none
+    from relay.adapters.admin import open_admin_broker
 
-        async with open_store(broker, create=False) as store:
-            return await sqlite_schedules.latest_published(store, settings.stream, prefixes)
-    from relay.adapters.redis.schedules import latest_published
-
-    redis = redis_client(settings.url)
-    try:
-        return await latest_published(redis, settings.stream, prefixes)
-    finally:
-        await redis.aclose()
+    async with open_admin_broker(broker, settings) as admin:
+        return await admin.latest_published(prefixes)
 
 
 def render_schedules(

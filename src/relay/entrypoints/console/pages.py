@@ -31,7 +31,7 @@ from relay.domain.errors import RelayError
 from relay.domain.execution import PoolSnapshot
 from relay.domain.retention import StreamId
 from relay.entrypoints.cli.dlq import describe, relative_age
-from relay.entrypoints.cli.trace import render_trace
+from relay.entrypoints.cli.trace_render import render_trace
 from relay.entrypoints.console import views
 from relay.entrypoints.console.reads import ConsoleReads
 from relay.entrypoints.console.replays import ReplayQueue

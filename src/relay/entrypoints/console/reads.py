@@ -1,11 +1,10 @@
 """Every broker read the console makes, in one place.
 
-The dead letters go through the broker's dead-letter reader and the CLI's one
-selection walk (:func:`relay.entrypoints.cli.dlq_select.select`); a message's
-trace through the same gathering ``relay trace`` does, on the worker's open
-connection; the backlog through the reader the metrics sampler uses. When the
-read-side ports land (a dead-letter store, message facts), only this module is
-repointed.
+The dead letters go through the broker's dead-letter store port and the CLI's
+one selection walk (:func:`relay.entrypoints.cli.dlq_select.select`); a
+message's trace through the message-facts port ``relay trace`` reads, on the
+worker's open connection; the backlog through the reader the metrics sampler
+uses.
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ from typing import Any
 
 from relay.adapters.brokers import Broker
 from relay.domain.dlq_selection import Selection
+from relay.domain.message_facts import MessageFacts
 from relay.entrypoints.cli.dlq_select import Selected, discard_all, select
-from relay.entrypoints.cli.trace import MessageFacts, gather
-from relay.entrypoints.cli.trace_sqlite import gather_sqlite
 
 
 class ConsoleReads:
@@ -49,7 +47,4 @@ class ConsoleReads:
         return await self._broker.backlog()
 
     async def trace(self, message_id: str) -> MessageFacts:
-        client = self._broker.client
-        if self._broker.name == "redis":
-            return await gather(client, self._stream, self._group, message_id)
-        return await gather_sqlite(client, self._stream, self._group, message_id)
+        return await self._broker.facts.facts(message_id)

@@ -32,7 +32,6 @@ _log = structlog.get_logger("relay.console")
 SESSION_COOKIE = "relay_console_session"
 AUTH_COOKIE = "relay_console_auth"
 CSRF_FIELD = "csrf"
-OPEN_PATHS = ("/login", "/static/")
 HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline';"

@@ -1,5 +1,5 @@
-"""The read side of the embedded broker's dead-letter table, shaped like
-:class:`relay.adapters.redis.dlq_reader.RedisDeadLetterReader` so ``relay dlq``
+"""The read side of the embedded broker's dead-letter table: the ``DeadLetterStore``
+port (:mod:`relay.application.ports`), like the Redis adapter, so ``relay dlq``
 and ``relay dlq replay`` read either broker the same way."""
 
 from __future__ import annotations
@@ -7,14 +7,10 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Final
 
-from relay.adapters.redis.dlq_reader import (
-    DeadLetterNotFound,
-    PagedEntries,
-    StoredDeadLetter,
-    parse_entry_id,
-)
 from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
+from relay.application.dead_letter_pages import PagedEntries
+from relay.domain.dead_letters import DeadLetterNotFound, StoredDeadLetter, parse_entry_id
 from relay.domain.errors import DependencyUnavailable
 from relay.domain.outcome import DeadLetterEntry
 
