@@ -226,10 +226,10 @@ class SqliteInvocationLedger:
             raise DependencyUnavailable(
                 f"sqlite ledger: {ctx.message_id[:40]!r} is not a message id of this broker"
             )
-        # The delivery's handle; a caller that does not pass it (today's one-message
-        # dispatcher) gets the one this process's read handed out.
-        token = ctx.delivery or self._store.leases.get(seq)
-        return _Member(ctx, seq, token, rule)
+        # The delivery's handle travels on the message (``StreamMessage.delivery``,
+        # then ``MessageContext.delivery``): without one, a call can neither lease
+        # nor acknowledge the job (it fences nothing), only run its rule.
+        return _Member(ctx, seq, ctx.delivery or None, rule)
 
     async def _run(self, members: list[_Member], *, hold: bool) -> list[Any]:
         store, retention, offers = self._store, self._retention_s, self._store.offers
@@ -249,17 +249,7 @@ class SqliteInvocationLedger:
             return [next(answers) if held is None or m.seq in held else None for m in members]
 
         outcomes = await self._store.write(step)
-        results: list[Any] = []
-        for member, outcome in zip(members, outcomes, strict=True):
-            if outcome is None:
-                self._store.leases.pop(member.seq, None)
-                results.append(LOST)
-                continue
-            result, settled = outcome
-            if settled:  # acknowledged: this process will not use its token again
-                self._store.leases.pop(member.seq, None)
-            results.append(result)
-        return results
+        return [LOST if outcome is None else outcome[0] for outcome in outcomes]
 
     async def begin(self, request: BeginRequest) -> BeginResult:
         [result] = await self.begin_many([request])

@@ -121,10 +121,6 @@ class BrokerStore:
         self._closing = threading.Lock()
         self.commits = 0  # transactions committed (diagnostic: steps / commits = batch size)
         self.steps = 0
-        # The delivery handle (lease token) of each job this process was handed
-        # (seq -> token): the fence every later transition of the job presents,
-        # for a caller that does not carry it on ``MessageContext.delivery``.
-        self.leases: dict[int, str] = {}
         self.offers = Offers()  # jobs peeked and not begun yet
         self._reader: sqlite3.Connection | None = None  # reads only (see peek)
         self._reading = threading.Lock()
