@@ -282,10 +282,13 @@ def acknowledge_many(
     fenced = [(seq, token) for seq, token in acks if token is not None]
     done: set[int] = set()
     if fenced:
+        # A join on the primary key: each member's row is found by its seq (a
+        # row-value ``IN`` scanned every lease held, by every process).
         values = ",".join("(?, ?)" for _ in fenced)
         rows = conn.execute(
             "UPDATE jobs SET state = 'acked', token = NULL, expires_ms = ?"  # noqa: S608 - placeholders
-            f" WHERE state = 'leased' AND (seq, token) IN (VALUES {values}) RETURNING seq",
+            f" FROM (VALUES {values}) AS w WHERE jobs.seq = w.column1"
+            " AND jobs.state = 'leased' AND jobs.token = w.column2 RETURNING jobs.seq",
             (now_ms + retention_s * 1000, *(v for ack in fenced for v in ack)),
         ).fetchall()
         done = {seq for (seq,) in rows}

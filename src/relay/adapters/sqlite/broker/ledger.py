@@ -75,6 +75,8 @@ def insert_dead_letter(conn: sqlite3.Connection, now_ms: int, entry: DeadLetterE
 class _Effects:
     """The broker side of one member's ledger rule, inside its transaction."""
 
+    __slots__ = ("_conn", "_ctx", "_now_ms", "_seq", "_token", "settled")
+
     def __init__(self, conn: sqlite3.Connection, now_ms: int, member: _Member) -> None:
         self._conn = conn
         self._now_ms = now_ms
@@ -156,13 +158,15 @@ def _load(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, dict[str, 
 def _write_back(
     conn: sqlite3.Connection, loaded: dict[int, dict[str, str]], before: dict[int, dict[str, str]]
 ) -> None:
-    """Only what changed, one statement per kind for the whole call."""
+    """Only what changed, one statement per kind for the whole call (the
+    differences taken by set operations on the dicts' views, in C: a Python loop
+    over every field of every member was a fifth of the writer's own time)."""
     gone: list[tuple[int, str]] = []
     changed: list[tuple[int, str, str]] = []
     for seq, after in loaded.items():
         was = before[seq]
-        gone += [(seq, f) for f in was if f not in after]
-        changed += [(seq, f, v) for f, v in after.items() if was.get(f) != v]
+        gone += [(seq, f) for f in was.keys() - after.keys()]
+        changed += [(seq, f, v) for f, v in after.items() - was.items()]
     if gone:
         conn.executemany("DELETE FROM ledger WHERE seq = ? AND field = ?", gone)
     if changed:
