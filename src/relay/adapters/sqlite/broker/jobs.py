@@ -137,7 +137,7 @@ def peek(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     that :func:`hold` leases the job with later (if it is still ready with that
     many deliveries). ``skip``: jobs already handed to another reader of this
     process; ``lane``: how many batches of ``count`` to leave to other processes
-    (0 but after a collision, see :class:`relay.adapters.sqlite.broker.store.Offers`).
+    (0 but after a collision, see :class:`relay.adapters.sqlite.broker.offers.Offers`).
     A job delivered before (``deliveries`` > 0) is a redelivery."""
     want = count * (lane + 1)
     winners = _winners(_candidates(conn, stream, want, skip), now_ms, want)
@@ -252,9 +252,18 @@ def hold(
     put back and delivered again) is not, and nothing of it changed. A job
     acknowledged already is answered too: its ledger is kept, and a delivery that
     raced the acknowledgment finds every invocation done there (as on Redis)."""
+    held = lease(conn, now_ms, consumer, wanted)
+    return held | acked_already(conn, [seq for seq, _ in wanted if seq not in held])
+
+
+def lease(
+    conn: sqlite3.Connection, now_ms: int, consumer: str, wanted: Sequence[tuple[int, str | None]]
+) -> set[int]:
+    """:func:`hold`'s lease alone: the jobs leased under their delivery's token now
+    (or already, by a re-sent call); a job acknowledged meanwhile is not among them."""
     fenced = [(seq, token) for seq, token in wanted if token is not None]
     if not fenced:
-        return acked_already(conn, [seq for seq, _ in wanted])
+        return set()
     values = ",".join("(?, ?, ?)" for _ in fenced)
     args: list[object] = [consumer, now_ms]
     for seq, delivery in fenced:
@@ -268,8 +277,7 @@ def hold(
         " RETURNING jobs.seq",
         args,
     ).fetchall()
-    held = {seq for (seq,) in rows}
-    return held | acked_already(conn, [seq for seq, _ in wanted if seq not in held])
+    return {seq for (seq,) in rows}
 
 
 def acknowledge_many(

@@ -242,11 +242,15 @@ class SqliteInvocationLedger:
             held = None
             if hold:
                 wanted = [(m.seq, m.token) for m in members]
-                held = jobs.hold(conn, now_ms, members[0].ctx.consumer, wanted)
+                leased = jobs.lease(conn, now_ms, members[0].ctx.consumer, wanted)
+                seqs = [m.seq for m in members]
+                # As jobs.hold: a job acknowledged already is answered from its ledger.
+                held = leased | jobs.acked_already(conn, [s for s in seqs if s not in leased])
                 # The offers are withdrawn once the leases are visible (committed,
-                # or rolled back: ready again). A lost job was taken by a reader
-                # of another process: a collision (see Offers).
-                seqs, collided = [m.seq for m in members], len(held) < len(members)
+                # or rolled back: ready again). A job not leased here was taken by
+                # a reader of another process, and maybe settled by it already: a
+                # collision either way (see Offers).
+                collided = len(leased) < len(members)
                 store.batch.at_end(lambda: offers.begun(seqs, collided=collided))
             running = [m for m in members if held is None or m.seq in held]
             answers = iter(run_members(conn, now_ms, running, retention) if running else [])
