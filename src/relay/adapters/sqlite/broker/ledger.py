@@ -185,7 +185,7 @@ def _unacknowledged(result: Any) -> Any:
 
 def run_members(
     conn: sqlite3.Connection, now_ms: int, members: Sequence[_Member], retention_s: int
-) -> list[tuple[Any, bool]]:
+) -> list[Any]:
     """Every member's rule on its message's ledger, in order, then what they changed
     and their fenced acknowledgments written back: one load, one write per kind,
     one acknowledgment statement for the whole call. A member whose rule asked
@@ -201,8 +201,7 @@ def run_members(
     asked = [(m.seq, m.token) for m, (_, fx) in zip(members, answers, strict=True) if fx.settled]
     acked = jobs.acknowledge_many(conn, now_ms, asked, retention_s)
     return [
-        (result if m.seq in acked or not fx.settled else _unacknowledged(result),
-         fx.settled and m.seq in acked)
+        result if m.seq in acked or not fx.settled else _unacknowledged(result)
         for m, (result, fx) in zip(members, answers, strict=True)
     ]
 
@@ -238,7 +237,7 @@ class SqliteInvocationLedger:
     async def _run(self, members: list[_Member], *, hold: bool) -> list[Any]:
         store, retention, offers = self._store, self._retention_s, self._store.offers
 
-        def step(conn: sqlite3.Connection, now_ms: int) -> list[tuple[Any, bool] | None]:
+        def step(conn: sqlite3.Connection, now_ms: int) -> list[Any]:
             held = None
             if hold:
                 wanted = [(m.seq, m.token) for m in members]
@@ -254,10 +253,9 @@ class SqliteInvocationLedger:
                 store.batch.at_end(lambda: offers.begun(seqs, collided=collided))
             running = [m for m in members if held is None or m.seq in held]
             answers = iter(run_members(conn, now_ms, running, retention) if running else [])
-            return [next(answers) if held is None or m.seq in held else None for m in members]
+            return [next(answers) if held is None or m.seq in held else LOST for m in members]
 
-        outcomes = await self._store.write(step)
-        return [LOST if outcome is None else outcome[0] for outcome in outcomes]
+        return list(await self._store.write(step))
 
     async def begin(self, request: BeginRequest) -> BeginResult:
         [result] = await self.begin_many([request])
