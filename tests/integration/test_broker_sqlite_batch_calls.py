@@ -307,8 +307,9 @@ async def test_a_process_that_collided_reads_off_the_head_then_comes_back_to_it(
 ) -> None:
     """Row 174: after a begin lost jobs to another process, this process's reads
     leave ``lane`` batches at the head to the others (never more than the queue
-    holds beyond one batch), and after 16 begins without a collision it reads the
-    head again, so a process left alone never leaves the head waiting."""
+    holds beyond one batch; a head no longer than one batch, its newer half: row
+    350), and after 16 begins without a collision it reads the head again, so a
+    process left alone never leaves the head waiting."""
     ids = await publish(store, 5)
     offers = store.offers
     got: dict[int, list[str]] = {}
@@ -319,6 +320,12 @@ async def test_a_process_that_collided_reads_off_the_head_then_comes_back_to_it(
 
         got[lane] = [m.id for m in await store.peek(read)]
     assert got == {0: ids[0:2], 1: ids[2:4], 2: ids[3:5], 3: ids[3:5]}
+
+    def short(c: sqlite3.Connection, now: int, lane: int) -> list[str]:
+        return [m.id for m in jobs.peek(c, now, "events", 8, set(), lane)]
+
+    assert await store.peek(lambda c, now: short(c, now, 0)) == ids
+    assert await store.peek(lambda c, now: short(c, now, 1)) == ids[2:]
     offers.begun([], collided=True)
     assert offers.lane in range(4)
     offers.lane = 3  # as if drawn

@@ -137,11 +137,16 @@ def peek(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     that :func:`hold` leases the job with later (if it is still ready with that
     many deliveries). ``skip``: jobs already handed to another reader of this
     process; ``lane``: how many batches of ``count`` to leave to other processes
-    (0 but after a collision, see :class:`relay.adapters.sqlite.broker.offers.Offers`).
+    (0 but after a collision, see :class:`relay.adapters.sqlite.broker.offers.Offers`;
+    a head no longer than ``count`` leaves its older half).
     A job delivered before (``deliveries`` > 0) is a redelivery."""
     want = count * (lane + 1)
     winners = _winners(_candidates(conn, stream, want, skip), now_ms, want)
     start = min(lane * count, max(0, len(winners) - count))
+    if lane and len(winners) <= count:
+        # A head too short to leave anything to the others: take its newer half
+        # only, so a collision on it costs half as much (row 350).
+        start = len(winners) // 2
     chosen = winners[start:start + count]
     if not chosen:
         return []
