@@ -3,6 +3,7 @@
     .venv/bin/python bench/broker.py [--jobs 5000] [--runs 3] [--dir DIR]
                                      [--depth-seconds 12] [--profile FILE]
                                      [--limit-tool ../shared/tools/sqlite_queue_limit.py]
+                                     [--switch-interval SECONDS]
 
 Every figure is with ``synchronous=FULL`` in WAL mode, on a file in ``--dir``
 (default: a new temporary directory). It prints, each beside what it is judged
@@ -32,6 +33,13 @@ against in the same run:
   the process's RSS, sampled each second (the goal: flat within 10% as the
   depth grows tenfold: give ``--depth-seconds`` enough for a tenfold growth
   after the first sample, 12 s or more).
+
+``--switch-interval`` sets the interpreter's GIL switch interval for the whole run
+(default: Python's, 5 ms): the three threads share one GIL, and a thread that
+let go of it for a system call (the writer's every statement, its fsync, its
+wake-up of the loop) may wait up to that long to get it back from a busy one.
+Comparing ``0.005`` with ``0.0005`` in one window shows how much of the latency
+and of the writer's wall time is that wait.
 
 Each state change is committed before its caller learns of it: the broker's
 writer thread answers only after ``COMMIT``; concurrent steps share one
@@ -400,9 +408,12 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--limit-tool", type=Path,
                         default=REPO.parent / "shared" / "tools" / "sqlite_queue_limit.py")
+    parser.add_argument("--switch-interval", type=float, default=None)
     parser.add_argument("--phase", default=None)
     parser.add_argument("--arg", type=float, default=0)
     args = parser.parse_args()
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     base = args.dir or Path(tempfile.mkdtemp(prefix="relay-bench-broker-"))
     base.mkdir(parents=True, exist_ok=True)
     if args.phase:
@@ -420,7 +431,8 @@ def report(args: argparse.Namespace, base: Path) -> None:
     def fresh() -> Path:
         return Path(tempfile.mkdtemp(dir=base)) / "broker.sqlite3"
 
-    print(f"sqlite {sqlite3.sqlite_version}, synchronous=FULL, WAL, files under {base}")
+    print(f"sqlite {sqlite3.sqlite_version}, synchronous=FULL, WAL, files under {base},"
+          f" GIL switch interval {sys.getswitchinterval() * 1000:g} ms")
     fs = fsync_loop(base)
     print(f"fsync (write 4 KiB + os.fsync): {fs['per_s']:,.0f}/s, p50 {fs['p50_us']:.0f} us,"
           f" p99 {fs['p99_us']:.0f} us")

@@ -28,6 +28,9 @@ class Harness:
 
     stream: EventStream
     ledger: InvocationLedger
+    # The handle of each message's last delivery (``StreamMessage.delivery``), as a
+    # worker keeps its messages: the ledger's calls carry it on their context.
+    handles: dict[str, str]
 
     def ctx(self, message_id: str, consumer: str | None = None) -> MessageContext:
         return MessageContext(
@@ -36,6 +39,7 @@ class Harness:
             consumer=consumer or self.stream.consumer,
             message_id=message_id,
             timestamp="2027-01-15T08:00:00.000Z",
+            delivery=self.handles.get(message_id, ""),
         )
 
     async def add(self, payload: bytes | None) -> str:
@@ -65,11 +69,13 @@ class Harness:
     async def deliver(self, payload: bytes | None = b'{"a": 1}') -> StreamMessage:
         await self.add(payload)
         [message] = await self.stream.read(1, 10)
+        self.handles[message.id] = message.delivery
         return message
 
 
 class MemoryHarness(Harness):
     def __init__(self) -> None:
+        self.handles = {}
         self.clock = FakeClock()
         self.memory_stream = InMemoryEventStream(self.clock)
         self.memory_dlq = InMemoryDeadLetterQueue()
@@ -108,6 +114,7 @@ def _text(value: Any) -> str:
 
 class RedisHarness(Harness):
     def __init__(self, client: redis.asyncio.Redis, unique: str) -> None:
+        self.handles = {}
         self.client = client
         self.redis_stream = RedisEventStream(
             client, stream=f"{unique}-events", group="relay", consumer="worker-1"
@@ -153,6 +160,7 @@ class SqliteHarness(Harness):
     """The embedded broker on a fresh file; inspection reads the file directly."""
 
     def __init__(self, path: Path) -> None:
+        self.handles = {}
         self.store = BrokerStore(path, SystemClock())
         self.sqlite_stream = SqliteEventStream(
             self.store, stream="events", group="relay", consumer="worker-1"

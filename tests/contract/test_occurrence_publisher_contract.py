@@ -25,6 +25,7 @@ from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.application.ports import EventStream, OccurrenceHistory, OccurrencePublisher
 from relay.domain import schedule
 from relay.domain.ledger_rules import CLASS_FIELD, class_stamp
+from relay.domain.outcome import StreamMessage
 from tests.contract.conftest import redis_url_for
 from tests.fakes import (
     FakeClock,
@@ -102,12 +103,20 @@ class _AcknowledgingStream(SqliteEventStream):
     def __init__(self, store: BrokerStore) -> None:
         super().__init__(store, stream="events", group="relay", consumer="w1")
         self._own = store
+        self._handles: dict[int, str] = {}  # what a worker keeps: each delivery's handle
+
+    async def read(
+        self, count: int, block_ms: int, patience_s: float = 10.0
+    ) -> Sequence[StreamMessage]:
+        got = await super().read(count, block_ms, patience_s)
+        self._handles.update((jobs.seq_of(m.id) or 0, m.delivery) for m in got)
+        return got
 
     async def drop(self, ids: Sequence[str]) -> None:
         for message_id in ids:
             seq = jobs.seq_of(message_id)
             assert seq is not None
-            token = self._own.leases.pop(seq)
+            token = self._handles.pop(seq)
 
             def ack(c: sqlite3.Connection, now: int, s: int = seq, t: str = token) -> bool:
                 jobs.hold(c, now, "w1", [(s, t)])  # a read only peeks: the begin leases

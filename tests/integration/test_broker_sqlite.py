@@ -11,7 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -33,9 +33,11 @@ from relay.domain.outcome import (
     FinishRequest,
     MessageContext,
     RenewRequest,
+    StreamMessage,
 )
 from relay.domain.priority import AGING_STEP_MS
 from tests.fakes import FakeClock
+from tests.integration.broker_fixtures import stream_on
 from tests.integration.broker_rows import read_held, rows
 
 pytestmark = pytest.mark.anyio
@@ -44,48 +46,30 @@ A = "fn/h.run"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def ctx(stream: SqliteEventStream, message_id: str) -> MessageContext:
+def ctx(stream: SqliteEventStream, message: StreamMessage) -> MessageContext:
+    """The call's context, with the delivery's handle the read put on the message
+    (the fence of the job's lease)."""
     return MessageContext(stream="events", group="relay", consumer=stream.consumer,
-                          message_id=message_id, timestamp="2027-01-15T08:00:00.000Z")
+                          message_id=message.id, timestamp="2027-01-15T08:00:00.000Z",
+                          delivery=message.delivery)
 
 
-def begin_request(stream: SqliteEventStream, message_id: str, token: str) -> BeginRequest:
+def begin_request(stream: SqliteEventStream, message: StreamMessage, token: str) -> BeginRequest:
     return BeginRequest(
-        context=ctx(stream, message_id), classification="matched:fn", token=token,
+        context=ctx(stream, message), classification="matched:fn", token=token,
         claims=(ClaimRequest(field=A, max_attempts=3, lease_ms=60_000),), gates=(A,),
     )
 
 
-def finish_request(stream: SqliteEventStream, message_id: str, token: str) -> FinishRequest:
+def finish_request(stream: SqliteEventStream, message: StreamMessage, token: str) -> FinishRequest:
     report = AttemptReport(field=A, attempt=1, transition=Complete(), error="")
-    return FinishRequest(context=ctx(stream, message_id), token=token, reports=(report,),
+    return FinishRequest(context=ctx(stream, message), token=token, reports=(report,),
                          gates=(A,))
 
 
 def state_of(path: Path, message_id: str) -> str:
     [(state,)] = rows(path, "SELECT state FROM jobs WHERE seq = ?", jobs.seq_of(message_id))
     return str(state)
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "broker.sqlite3"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(path: Path, clock: FakeClock) -> Iterator[BrokerStore]:
-    s = BrokerStore(path, clock)
-    yield s
-    s.close()
-
-
-def stream_on(store: BrokerStore, consumer: str = "worker-1") -> SqliteEventStream:
-    return SqliteEventStream(store, stream="events", group="relay", consumer=consumer)
 
 
 async def publish(store: BrokerStore, n: int, priority: str | None = None) -> list[str]:
@@ -166,31 +150,28 @@ async def test_a_worker_whose_job_was_reassigned_cannot_acknowledge_or_renew_it(
     a, b = stream_on(store, "a"), stream_on(store, "b")
     [got] = await a.read(1, 0)
     ledger_a = SqliteInvocationLedger(store)
-    await ledger_a.begin(begin_request(a, mid, "inv-a"))
-    a_token = store.leases[jobs.seq_of(mid) or 0]
+    await ledger_a.begin(begin_request(a, got, "inv-a"))
     clock.advance(61)
     reclaimed = await b.reclaim(60_000, 10)
-    assert [m.id for m in reclaimed.messages] == [got.id]
-    b_token = store.leases[jobs.seq_of(mid) or 0]
-    assert b_token != a_token
-    # A returns, holding its old job token (what a separate process would hold).
-    store.leases[jobs.seq_of(mid) or 0] = a_token
-    renewed = await ledger_a.renew(RenewRequest(context=ctx(a, mid), token="inv-a", field=A,
+    [taken] = reclaimed.messages
+    assert taken.id == got.id
+    assert taken.delivery != got.delivery  # B's new lease token, on its message
+    # A returns, holding its old delivery (its message, as a separate process would).
+    renewed = await ledger_a.renew(RenewRequest(context=ctx(a, got), token="inv-a", field=A,
                                                 attempt=1, lease_ms=60_000))
     assert renewed > 0  # the invocation claim is A's ...
     [(leased_ms,)] = rows(path, "SELECT leased_ms FROM jobs WHERE seq = ?", jobs.seq_of(mid))
     assert leased_ms == store.now_ms()  # ... the lease B took just now is untouched by A
     clock.advance(1)
-    settled = await ledger_a.finish(finish_request(a, mid, "inv-a"))
+    settled = await ledger_a.finish(finish_request(a, got, "inv-a"))
     # The rule found every invocation terminal, but A's token no longer fences the
     # job: its fenced ACK changed no row, so A is told it did not acknowledge (row
     # 171: it was told "acknowledged" before) ...
     assert not settled.acknowledged
     assert state_of(path, mid) == "leased"  # ... and the job is still B's
     [(token,)] = rows(path, "SELECT token FROM jobs WHERE seq = ?", jobs.seq_of(mid))
-    assert token == b_token
-    store.leases[jobs.seq_of(mid) or 0] = b_token  # B, the holder, delivers it next
-    late = await SqliteInvocationLedger(store).begin(begin_request(b, mid, "inv-b"))
+    assert token == taken.delivery
+    late = await SqliteInvocationLedger(store).begin(begin_request(b, taken, "inv-b"))
     assert [s.status for s in late.statuses] == ["ok"]  # nothing runs again
     assert state_of(path, mid) == "acked"
 
@@ -202,12 +183,12 @@ async def test_a_lease_is_reclaimable_exactly_when_its_idle_time_is_reached(
     recovery takes it; a renewal by the holder restarts the idle time."""
     [mid] = await publish(store, 1)
     holder, other = stream_on(store, "holder"), stream_on(store, "other")
-    await read_held(store, holder, 1)
+    [held] = await read_held(store, holder, 1)
     clock.advance(59.999)
     assert (await other.reclaim(60_000, 10)).messages == ()
     ledger = SqliteInvocationLedger(store)
-    await ledger.begin(begin_request(holder, mid, "t1"))
-    assert await ledger.renew(RenewRequest(context=ctx(holder, mid), token="t1", field=A,
+    await ledger.begin(begin_request(holder, held, "t1"))
+    assert await ledger.renew(RenewRequest(context=ctx(holder, held), token="t1", field=A,
                                            attempt=1, lease_ms=60_000))
     clock.advance(59.999)
     assert (await other.reclaim(60_000, 10)).messages == ()  # renewed: idle from the renewal
@@ -224,8 +205,9 @@ async def test_a_restart_makes_old_leases_ready_and_voids_their_tokens(
     leases them with new tokens, and the old tokens fence nothing."""
     ids = await publish(store, 3)
     old = stream_on(store, "host-1")
-    assert len(await read_held(store, old, 3)) == 3
-    old_tokens = dict(store.leases)
+    first = await read_held(store, old, 3)
+    assert len(first) == 3
+    old_tokens = {jobs.seq_of(m.id) or 0: m.delivery for m in first}
     other = stream_on(store, "host-2")
     [kept] = await publish(store, 1)
     await read_held(store, other, 1)  # another host's lease is not ours to release
@@ -237,8 +219,9 @@ async def test_a_restart_makes_old_leases_ready_and_voids_their_tokens(
         again = await read_held(restarted_store, restarted, 10)
         assert sorted(m.id for m in again) == sorted(ids)
         assert {m.deliveries for m in again} == {2}
+        new_tokens = {jobs.seq_of(m.id) or 0: m.delivery for m in again}
         for seq, token in old_tokens.items():
-            assert restarted_store.leases[seq] != token
+            assert new_tokens[seq] != token
             def stale_ack(c: sqlite3.Connection, now: int, s: int = seq, t: str = token) -> bool:
                 return jobs.acknowledge(c, now, s, t, 3600)
 
@@ -314,7 +297,6 @@ async def test_arrival_faster_than_processing_grows_the_table_not_the_leases(
     assert len(await read_held(store, stream, 4)) == 4
     counts = dict(rows(path, "SELECT state, count(*) FROM jobs GROUP BY state"))
     assert counts == {"leased": 4, "ready": 1996}
-    assert len(store.leases) == 4
 
 
 async def test_retention_deletes_only_acknowledged_jobs_past_their_ledger_retention(
@@ -327,8 +309,8 @@ async def test_retention_deletes_only_acknowledged_jobs_past_their_ledger_retent
     got = await read_held(store, stream, 2)
     assert [m.id for m in got] == [done, leased]
     ledger = SqliteInvocationLedger(store, acked_ttl_s=3600)
-    await ledger.begin(begin_request(stream, done, "t1"))
-    assert (await ledger.finish(finish_request(stream, done, "t1"))).acknowledged
+    await ledger.begin(begin_request(stream, got[0], "t1"))
+    assert (await ledger.finish(finish_request(stream, got[0], "t1"))).acknowledged
     clock.advance(3599)
     await stream.reclaim(10**12, 10)  # a recovery step runs the retention step
     assert rows(path, "SELECT count(*) FROM ledger WHERE seq = ?", jobs.seq_of(done)) != [(0,)]
@@ -490,17 +472,17 @@ async def test_a_terminal_job_is_never_leased_reclaimed_or_acknowledged_again(
     long it sits, and a late acknowledgment with its old token changes nothing."""
     done, exhausted = await publish(store, 2)
     stream = stream_on(store)
-    await stream.read(2, 0)
+    done_message, exhausted_message = await stream.read(2, 0)
     ledger = SqliteInvocationLedger(store)
-    await ledger.begin(begin_request(stream, done, "t1"))
-    assert (await ledger.finish(finish_request(stream, done, "t1"))).acknowledged
+    await ledger.begin(begin_request(stream, done_message, "t1"))
+    assert (await ledger.finish(finish_request(stream, done_message, "t1"))).acknowledged
     request = BeginRequest(
-        context=ctx(stream, exhausted), classification="matched:fn", token="t2",
+        context=ctx(stream, exhausted_message), classification="matched:fn", token="t2",
         claims=(ClaimRequest(field=A, max_attempts=1, lease_ms=60_000),), gates=(A,),
     )
     await ledger.begin(request)
     report = AttemptReport(field=A, attempt=1, transition=Exhaust(), error="boom")
-    settled = await ledger.finish(FinishRequest(context=ctx(stream, exhausted), token="t2",
+    settled = await ledger.finish(FinishRequest(context=ctx(stream, exhausted_message), token="t2",
                                                 reports=(report,), gates=(A,)))
     assert settled.acknowledged
     assert [d.field for d in settled.dead_lettered] == [A]

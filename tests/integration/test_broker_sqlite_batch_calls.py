@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -17,7 +17,6 @@ import pytest
 from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.ledger import SqliteInvocationLedger
 from relay.adapters.sqlite.broker.store import BrokerStore
-from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.domain.errors import DependencyUnavailable
 from relay.domain.invocation import Complete
 from relay.domain.outcome import (
@@ -30,6 +29,7 @@ from relay.domain.outcome import (
     StreamMessage,
 )
 from tests.fakes import FakeClock
+from tests.integration.broker_fixtures import stream_on
 from tests.integration.broker_rows import read_held, rows
 from tests.integration.broker_world import BrokerWorld
 from tests.integration.runtime_support import poll
@@ -42,24 +42,8 @@ SIGKILLED = -9
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "broker.sqlite3"
-
-
-@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(1_900_000_000.0)
-
-
-@pytest.fixture
-def store(path: Path, clock: FakeClock) -> Iterator[BrokerStore]:
-    s = BrokerStore(path, clock)
-    yield s
-    s.close()
-
-
-def stream_on(store: BrokerStore, consumer: str) -> SqliteEventStream:
-    return SqliteEventStream(store, stream="events", group="relay", consumer=consumer)
 
 
 def ctx(m: StreamMessage, consumer: str) -> MessageContext:
@@ -94,7 +78,8 @@ async def test_a_batch_is_one_step_and_a_delivery_taken_over_is_lost(
     it is written; ``finish_many`` acknowledges the rest in one transaction."""
     await publish(store, 4)
     got = await read_held(store, stream_on(store, "w"), 4)
-    assert [m.delivery for m in got] == [store.leases[jobs.seq_of(m.id) or 0] for m in got]
+    leased = dict(rows(path, "SELECT seq, token FROM jobs WHERE state = 'leased'"))
+    assert [m.delivery for m in got] == [leased[jobs.seq_of(m.id)] for m in got]
     clock.advance(61)
     [taken] = (await stream_on(store, "other").reclaim(60_000, 1)).messages
     commits = store.commits
@@ -322,8 +307,9 @@ async def test_a_process_that_collided_reads_off_the_head_then_comes_back_to_it(
 ) -> None:
     """Row 174: after a begin lost jobs to another process, this process's reads
     leave ``lane`` batches at the head to the others (never more than the queue
-    holds beyond one batch), and after 16 begins without a collision it reads the
-    head again, so a process left alone never leaves the head waiting."""
+    holds beyond one batch; a head no longer than one batch, its newer half: row
+    350), and after 16 begins without a collision it reads the head again, so a
+    process left alone never leaves the head waiting."""
     ids = await publish(store, 5)
     offers = store.offers
     got: dict[int, list[str]] = {}
@@ -334,6 +320,12 @@ async def test_a_process_that_collided_reads_off_the_head_then_comes_back_to_it(
 
         got[lane] = [m.id for m in await store.peek(read)]
     assert got == {0: ids[0:2], 1: ids[2:4], 2: ids[3:5], 3: ids[3:5]}
+
+    def short(c: sqlite3.Connection, now: int, lane: int) -> list[str]:
+        return [m.id for m in jobs.peek(c, now, "events", 8, set(), lane)]
+
+    assert await store.peek(lambda c, now: short(c, now, 0)) == ids
+    assert await store.peek(lambda c, now: short(c, now, 1)) == ids[2:]
     offers.begun([], collided=True)
     assert offers.lane in range(4)
     offers.lane = 3  # as if drawn

@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -27,6 +26,7 @@ from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.domain.outcome import BeginRequest, ClaimRequest, MessageContext, StreamMessage
 from tests.fakes import FakeClock
+from tests.integration.broker_fixtures import stream_on
 from tests.integration.broker_rows import read_held, rows
 from tests.integration.runtime_support import poll
 
@@ -34,27 +34,6 @@ pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 10.0  # a bound on every wait, so a broken writer fails the test instead of hanging
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "broker.sqlite3"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(path: Path, clock: FakeClock) -> Iterator[BrokerStore]:
-    s = BrokerStore(path, clock)
-    yield s
-    s.close()
-
-
-def stream_on(store: BrokerStore, consumer: str) -> SqliteEventStream:
-    return SqliteEventStream(store, stream="events", group="relay", consumer=consumer)
 
 
 class Hold:
@@ -214,7 +193,8 @@ async def test_a_ledger_step_cancelled_while_queued_still_commits(
     [message] = await reader.read(1, 0)
     ledger = SqliteInvocationLedger(store)
     ctx = MessageContext(stream="events", group="relay", consumer="worker-1",
-                         message_id=message.id, timestamp="2027-01-15T08:00:00.000Z")
+                         message_id=message.id, timestamp="2027-01-15T08:00:00.000Z",
+                         delivery=message.delivery)
     request = BeginRequest(
         context=ctx, classification="matched:fn", token="t1",
         claims=(ClaimRequest(field="fn/h.run", max_attempts=3, lease_ms=60_000),),

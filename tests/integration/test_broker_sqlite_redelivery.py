@@ -5,18 +5,17 @@ retry backoff is never acknowledged by the overlap rule without its DLQ entry.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from relay.adapters.sqlite.broker import jobs
 from relay.adapters.sqlite.broker.store import BrokerStore
-from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.domain import events as ev
 from relay.domain import schedule
 from relay.domain.execution import InvocationResult
 from tests.fakes import FakeClock
+from tests.integration.broker_fixtures import stream_on
 from tests.integration.broker_rows import read_held, rows
 from tests.integration.broker_world import BrokerWorld
 
@@ -28,24 +27,8 @@ FIELD = "fn/jobs.tick"
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "broker.sqlite3"
-
-
-@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(float(AT))
-
-
-@pytest.fixture
-def store(path: Path, clock: FakeClock) -> Iterator[BrokerStore]:
-    s = BrokerStore(path, clock)
-    yield s
-    s.close()
-
-
-def stream_on(store: BrokerStore, consumer: str) -> SqliteEventStream:
-    return SqliteEventStream(store, stream="events", group="relay", consumer=consumer)
 
 
 async def publish_one(store: BrokerStore) -> str:

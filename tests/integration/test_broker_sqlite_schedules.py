@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -41,20 +40,8 @@ OCCURRENCES = 200
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "broker.sqlite3"
-
-
-@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(float(AT))
-
-
-@pytest.fixture
-def store(path: Path, clock: FakeClock) -> Iterator[BrokerStore]:
-    s = BrokerStore(path, clock)
-    yield s
-    s.close()
 
 
 _PUBLISHER = """

@@ -149,11 +149,16 @@ def peek(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     that :func:`hold` leases the job with later (if it is still ready with that
     many deliveries). ``skip``: jobs already handed to another reader of this
     process; ``lane``: how many batches of ``count`` to leave to other processes
-    (0 but after a collision, see :class:`relay.adapters.sqlite.broker.store.Offers`).
+    (0 but after a collision, see :class:`relay.adapters.sqlite.broker.offers.Offers`;
+    a head no longer than ``count`` leaves its older half).
     A job delivered before (``deliveries`` > 0) is a redelivery."""
     want = count * (lane + 1)
     winners = _winners(_candidates(conn, stream, want, skip), now_ms, want)
     start = min(lane * count, max(0, len(winners) - count))
+    if lane and len(winners) <= count:
+        # A head too short to leave anything to the others: take its newer half
+        # only, so a collision on it costs half as much (row 350).
+        start = len(winners) // 2
     chosen = winners[start:start + count]
     if not chosen:
         return []
@@ -268,9 +273,18 @@ def hold(
     put back and delivered again) is not, and nothing of it changed. A job
     acknowledged already is answered too: its ledger is kept, and a delivery that
     raced the acknowledgment finds every invocation done there (as on Redis)."""
+    held = lease(conn, now_ms, consumer, wanted)
+    return held | acked_already(conn, [seq for seq, _ in wanted if seq not in held])
+
+
+def lease(
+    conn: sqlite3.Connection, now_ms: int, consumer: str, wanted: Sequence[tuple[int, str | None]]
+) -> set[int]:
+    """:func:`hold`'s lease alone: the jobs leased under their delivery's token now
+    (or already, by a re-sent call); a job acknowledged meanwhile is not among them."""
     fenced = [(seq, token) for seq, token in wanted if token is not None]
     if not fenced:
-        return acked_already(conn, [seq for seq, _ in wanted])
+        return set()
     values = ",".join("(?, ?, ?)" for _ in fenced)
     args: list[object] = [consumer, now_ms]
     for seq, delivery in fenced:
@@ -284,8 +298,7 @@ def hold(
         " RETURNING jobs.seq",
         args,
     ).fetchall()
-    held = {seq for (seq,) in rows}
-    return held | acked_already(conn, [seq for seq, _ in wanted if seq not in held])
+    return {seq for (seq,) in rows}
 
 
 def acknowledge_many(
@@ -298,10 +311,13 @@ def acknowledge_many(
     fenced = [(seq, token) for seq, token in acks if token is not None]
     done: set[int] = set()
     if fenced:
+        # A join on the primary key: each member's row is found by its seq (a
+        # row-value ``IN`` scanned every lease held, by every process).
         values = ",".join("(?, ?)" for _ in fenced)
         rows = conn.execute(
             "UPDATE jobs SET state = 'acked', token = NULL, expires_ms = ?"  # noqa: S608 - placeholders
-            f" WHERE state = 'leased' AND (seq, token) IN (VALUES {values}) RETURNING seq",
+            f" FROM (VALUES {values}) AS w WHERE jobs.seq = w.column1"
+            " AND jobs.state = 'leased' AND jobs.token = w.column2 RETURNING jobs.seq",
             (now_ms + retention_s * 1000, *(v for ack in fenced for v in ack)),
         ).fetchall()
         done = {seq for (seq,) in rows}

@@ -75,6 +75,8 @@ def insert_dead_letter(conn: sqlite3.Connection, now_ms: int, entry: DeadLetterE
 class _Effects:
     """The broker side of one member's ledger rule, inside its transaction."""
 
+    __slots__ = ("_conn", "_ctx", "_now_ms", "_seq", "_token", "settled")
+
     def __init__(self, conn: sqlite3.Connection, now_ms: int, member: _Member) -> None:
         self._conn = conn
         self._now_ms = now_ms
@@ -156,13 +158,15 @@ def _load(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, dict[str, 
 def _write_back(
     conn: sqlite3.Connection, loaded: dict[int, dict[str, str]], before: dict[int, dict[str, str]]
 ) -> None:
-    """Only what changed, one statement per kind for the whole call."""
+    """Only what changed, one statement per kind for the whole call (the
+    differences taken by set operations on the dicts' views, in C: a Python loop
+    over every field of every member was a fifth of the writer's own time)."""
     gone: list[tuple[int, str]] = []
     changed: list[tuple[int, str, str]] = []
     for seq, after in loaded.items():
         was = before[seq]
-        gone += [(seq, f) for f in was if f not in after]
-        changed += [(seq, f, v) for f, v in after.items() if was.get(f) != v]
+        gone += [(seq, f) for f in was.keys() - after.keys()]
+        changed += [(seq, f, v) for f, v in after.items() - was.items()]
     if gone:
         conn.executemany("DELETE FROM ledger WHERE seq = ? AND field = ?", gone)
     if changed:
@@ -181,7 +185,7 @@ def _unacknowledged(result: Any) -> Any:
 
 def run_members(
     conn: sqlite3.Connection, now_ms: int, members: Sequence[_Member], retention_s: int
-) -> list[tuple[Any, bool]]:
+) -> list[Any]:
     """Every member's rule on its message's ledger, in order, then what they changed
     and their fenced acknowledgments written back: one load, one write per kind,
     one acknowledgment statement for the whole call. A member whose rule asked
@@ -197,8 +201,7 @@ def run_members(
     asked = [(m.seq, m.token) for m, (_, fx) in zip(members, answers, strict=True) if fx.settled]
     acked = jobs.acknowledge_many(conn, now_ms, asked, retention_s)
     return [
-        (result if m.seq in acked or not fx.settled else _unacknowledged(result),
-         fx.settled and m.seq in acked)
+        result if m.seq in acked or not fx.settled else _unacknowledged(result)
         for m, (result, fx) in zip(members, answers, strict=True)
     ]
 
@@ -226,40 +229,33 @@ class SqliteInvocationLedger:
             raise DependencyUnavailable(
                 f"sqlite ledger: {ctx.message_id[:40]!r} is not a message id of this broker"
             )
-        # The delivery's handle; a caller that does not pass it (today's one-message
-        # dispatcher) gets the one this process's read handed out.
-        token = ctx.delivery or self._store.leases.get(seq)
-        return _Member(ctx, seq, token, rule)
+        # The delivery's handle travels on the message (``StreamMessage.delivery``,
+        # then ``MessageContext.delivery``): without one, a call can neither lease
+        # nor acknowledge the job (it fences nothing), only run its rule.
+        return _Member(ctx, seq, ctx.delivery or None, rule)
 
     async def _run(self, members: list[_Member], *, hold: bool) -> list[Any]:
         store, retention, offers = self._store, self._retention_s, self._store.offers
 
-        def step(conn: sqlite3.Connection, now_ms: int) -> list[tuple[Any, bool] | None]:
+        def step(conn: sqlite3.Connection, now_ms: int) -> list[Any]:
             held = None
             if hold:
                 wanted = [(m.seq, m.token) for m in members]
-                held = jobs.hold(conn, now_ms, members[0].ctx.consumer, wanted)
+                leased = jobs.lease(conn, now_ms, members[0].ctx.consumer, wanted)
+                seqs = [m.seq for m in members]
+                # As jobs.hold: a job acknowledged already is answered from its ledger.
+                held = leased | jobs.acked_already(conn, [s for s in seqs if s not in leased])
                 # The offers are withdrawn once the leases are visible (committed,
-                # or rolled back: ready again). A lost job was taken by a reader
-                # of another process: a collision (see Offers).
-                seqs, collided = [m.seq for m in members], len(held) < len(members)
+                # or rolled back: ready again). A job not leased here was taken by
+                # a reader of another process, and maybe settled by it already: a
+                # collision either way (see Offers).
+                collided = len(leased) < len(members)
                 store.batch.at_end(lambda: offers.begun(seqs, collided=collided))
             running = [m for m in members if held is None or m.seq in held]
             answers = iter(run_members(conn, now_ms, running, retention) if running else [])
-            return [next(answers) if held is None or m.seq in held else None for m in members]
+            return [next(answers) if held is None or m.seq in held else LOST for m in members]
 
-        outcomes = await self._store.write(step)
-        results: list[Any] = []
-        for member, outcome in zip(members, outcomes, strict=True):
-            if outcome is None:
-                self._store.leases.pop(member.seq, None)
-                results.append(LOST)
-                continue
-            result, settled = outcome
-            if settled:  # acknowledged: this process will not use its token again
-                self._store.leases.pop(member.seq, None)
-            results.append(result)
-        return results
+        return list(await self._store.write(step))
 
     async def begin(self, request: BeginRequest) -> BeginResult:
         [result] = await self.begin_many([request])

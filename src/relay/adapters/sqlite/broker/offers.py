@@ -12,10 +12,13 @@ lock), and a begun job's offer is withdrawn only once the begin's transaction
 ended, so no reader of this process can see it ready and unoffered meanwhile.
 
 Readers in *other* processes cannot see these offers. When a begin finds jobs
-another process took first (a collision: both peeked the same head), this
-process moves to a random *lane*: its next reads leave ``lane`` batches at the
-head to the others. The lane falls back to 0 after :data:`CALM_HOLDS` begins
-without a collision, so a process left alone never leaves the head waiting.
+another process took first (a collision: both peeked the same head; the other
+may even have settled them already), this process moves to a random *lane*:
+its next reads leave ``lane`` x :data:`LANE_BATCHES` batches at the head to the
+others (a process's readers hold several batches there at once: one lane of
+one batch still overlapped them, row 350). The lane falls back to 0 after
+:data:`CALM_HOLDS` begins without a collision, so a process left alone never
+leaves the head waiting.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Final
 
 OFFER_MS: Final = 30_000
 LANES: Final = 4
+LANE_BATCHES: Final = 4  # batches a lane's step leaves to the other processes
 CALM_HOLDS: Final = 16
 
 
@@ -46,7 +50,7 @@ class Offers:
             lapsed = [seq for seq, until in self._until.items() if until <= now_ms]
             for seq in lapsed:
                 del self._until[seq]
-            chosen = choose(set(self._until), self.lane)
+            chosen = choose(set(self._until), self.lane * LANE_BATCHES)
             until = now_ms + OFFER_MS
             for seq in chosen:
                 self._until[seq] = until

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import anyio
 
 from relay.adapters.sqlite.broker.file import SCHEMA, CorruptBroker, connect, open_checked
+from relay.adapters.sqlite.broker.lock import WriteLock
 from relay.adapters.sqlite.broker.offers import Offers
 from relay.domain.errors import DependencyUnavailable
 
@@ -115,16 +116,13 @@ class BrokerStore:
         self.path = path
         self.clock = clock
         self._conn = open_checked(path)
+        self._lock = WriteLock(self._conn)  # BEGIN IMMEDIATE, fair between processes
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="relay-broker-writer", daemon=True)
         self._closed = False
         self._closing = threading.Lock()
         self.commits = 0  # transactions committed (diagnostic: steps / commits = batch size)
         self.steps = 0
-        # The delivery handle (lease token) of each job this process was handed
-        # (seq -> token): the fence every later transition of the job presents,
-        # for a caller that does not carry it on ``MessageContext.delivery``.
-        self.leases: dict[int, str] = {}
         self.offers = Offers()  # jobs peeked and not begun yet
         self._reader: sqlite3.Connection | None = None  # reads only (see peek)
         self._reading = threading.Lock()
@@ -268,7 +266,7 @@ class BrokerStore:
 
     def _transaction(self, batch: list[_Pending]) -> list[tuple[Any, BaseException | None]]:
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        self._lock.begin()
         try:
             now_ms = self.now_ms()
             self.batch = Batch()

@@ -82,7 +82,7 @@ class SqliteEventStream:
                 offers.forget(_seqs(handed))
                 raise
             if peeked or anyio.current_time() >= deadline:
-                return self._handed(peeked)
+                return peeked
             with anyio.move_on_after(min(POLL_S, max(0.0, deadline - anyio.current_time()))):
                 await waker.wait()
 
@@ -93,21 +93,13 @@ class SqliteEventStream:
             lambda c, now: jobs.reclaim(c, now, stream, consumer, min_idle_ms, count),
             undo=jobs.give_back,
         )
-        return Reclaimed(messages=tuple(self._held(taken)), complete=len(taken) < count)
+        # Each message carries its new lease token on ``delivery``: the ledger's
+        # fence for every later transition of the job (nothing kept here).
+        return Reclaimed(messages=tuple(m for m, _ in taken), complete=len(taken) < count)
 
     async def drop(self, ids: Sequence[str]) -> None:
         """Nothing to drop: a job's body lives in its row and is never deleted
         before the job is acknowledged."""
-
-    def _held(self, leased: list[tuple[StreamMessage, str]]) -> list[StreamMessage]:
-        return self._handed([message for message, _ in leased])
-
-    def _handed(self, messages: list[StreamMessage]) -> list[StreamMessage]:
-        for message in messages:
-            seq = jobs.seq_of(message.id)
-            assert seq is not None
-            self._store.leases[seq] = message.delivery
-        return messages
 
 
 
