@@ -7,6 +7,12 @@ broker ``--priority`` sets the class (critical, high, normal, low); Redis has no
 priority, so there it is ignored with one note on stderr, and a stream no
 consumer group reads yet gets one note too (the events wait for the worker that
 creates it). Prints each new message id.
+
+``--delay 10m`` or ``--at 2026-12-24T18:00:00Z`` delays every event given (a time
+in the past is now; at most 365 days ahead). ``--id KEY`` publishes one
+``--event`` at most once within ``PUBLISH_DEDUP_WINDOW``: a second publish of the
+key adds nothing and prints the first one's id. A key names one event, so it is
+refused with ``--count`` above 1 and with stdin (docs/producing.md).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import anyio
@@ -25,11 +32,13 @@ from relay.domain.publication import Publication
 from relay.entrypoints.cli.brokers import broker_settings
 from relay.entrypoints.cli.common import fail, out, usage
 from relay.entrypoints.cli.publish_input import StdinRun, repeated
+from relay.entrypoints.cli.publish_options import publish_options
 from relay.entrypoints.cli.publishing import driver_error, open_publisher
 from relay.entrypoints.config import (
     DEFAULT_MAX_EVENT_BYTES,
     BrokerSettings,
     RedisSettings,
+    load_dedup_window,
     parse_event_bytes,
 )
 
@@ -41,7 +50,7 @@ def register(app: typer.Typer) -> None:
     app.command("publish", help="Append events to the broker (embedded or Redis).")(publish)
 
 
-def publish(
+def publish(  # noqa: PLR0917 - a typer command: its options are its parameters
     event: Annotated[
         str | None, typer.Option("--event", help="The event, a JSON object.")
     ] = None,
@@ -50,21 +59,35 @@ def publish(
         typer.Option("--priority", help="critical, high, normal or low (embedded broker)."),
     ] = None,
     count: Annotated[int, typer.Option("--count", help="Publish the event N times.")] = 1,
+    delay: Annotated[
+        str | None, typer.Option("--delay", help="Deliver after this long, e.g. 10m or 2h30m.")
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", help="Deliver at this RFC 3339 time, e.g. 2026-12-24T18:00:00Z."),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--id", help="Idempotency key: publish the --event once per window."),
+    ] = None,
 ) -> None:
     """Publish ``--event`` (``--count`` times) or the JSON lines on stdin."""
     if count < 1:
         usage(f"--count {count} is invalid: expected a positive whole number")
+    options = publish_options(delay, at, key, single=event is not None and count == 1)
     run = StdinRun(report=lambda line: typer.echo(f"relay: {line}", err=True))
     try:
         if priority is not None:
             priority_class(priority)
         limit = _max_event_bytes()
         settings = broker_settings()
+        window_ns = load_dedup_window(os.environ)
         if priority is not None and not settings[0].embedded:
             typer.echo("relay: note: the Redis broker has no priority; --priority is ignored",
                        err=True)
         batches = _batches(event, count, run, limit)
-        anyio.run(_publish, settings, batches, priority)
+        template = Publication(b"", priority, *options)
+        anyio.run(_publish, settings, batches, template, window_ns)
     except InvalidPriority as exc:
         usage(f"--priority: {exc}")
     except RelayError as exc:
@@ -99,15 +122,19 @@ def _max_event_bytes() -> int:
 async def _publish(
     settings: tuple[BrokerSettings, RedisSettings],
     batches: Iterator[list[bytes]],
-    priority: str | None,
+    template: Publication,
+    window_ns: int,
 ) -> None:
     stream = settings[1].stream
     done = 0
     note = None
-    async with open_publisher(settings, stream, create=True) as (publisher, redis):
+    async with open_publisher(
+        settings, stream, create=True, dedup_window_ns=window_ns
+    ) as (publisher, redis):
         try:
             for batch in batches:
-                done += _print(await publisher.append([Publication(p, priority) for p in batch]))
+                publications = [replace(template, payload=p) for p in batch]
+                done += _print(await publisher.append(publications))
             if redis is not None and done:
                 note = await _unread_note(redis, stream)
         except Exception as exc:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
+from relay.domain.publication import DEFAULT_DEDUP_WINDOW_NS
 from relay.entrypoints.cli.brokers import open_store
 from relay.entrypoints.config import BrokerSettings, RedisSettings
 
@@ -21,24 +22,29 @@ if TYPE_CHECKING:
 
 @asynccontextmanager
 async def open_publisher(
-    settings: tuple[BrokerSettings, RedisSettings], stream: str, *, create: bool
+    settings: tuple[BrokerSettings, RedisSettings],
+    stream: str,
+    *,
+    create: bool,
+    dedup_window_ns: int = DEFAULT_DEDUP_WINDOW_NS,
 ) -> AsyncIterator[tuple[EventPublisher, Redis | None]]:
     """The publisher of ``stream`` on the selected broker, and the Redis client
     behind it (``None`` on the embedded broker) for the callers' notes.
-    ``create``: the embedded broker file may be made (``relay publish``)."""
+    ``create``: the embedded broker file may be made (``relay publish``);
+    ``dedup_window_ns``: ``PUBLISH_DEDUP_WINDOW``."""
     broker, redis_settings = settings
     if broker.embedded:
         from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 
         async with open_store(broker, create=create) as store:
-            yield SqliteEventPublisher(store, stream), None
+            yield SqliteEventPublisher(store, stream, dedup_window_ns=dedup_window_ns), None
         return
     from relay.adapters.redis.connection import connect_redis
     from relay.adapters.redis.producer import RedisEventPublisher
 
     client = await connect_redis(redis_settings.url)
     try:
-        yield RedisEventPublisher(client, stream), client
+        yield RedisEventPublisher(client, stream, dedup_window_ns=dedup_window_ns), client
     finally:
         await client.aclose()
 

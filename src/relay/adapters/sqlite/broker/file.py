@@ -29,10 +29,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     consumer TEXT,
     leased_ms INTEGER,
     deliveries INTEGER NOT NULL DEFAULT 0,
-    expires_ms INTEGER
+    expires_ms INTEGER,
+    ready_ms INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (stream, priority, created_ms, seq)
-    WHERE state = 'ready';
+    WHERE state = 'ready' AND ready_ms IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_delayed ON jobs (stream, priority, ready_ms, seq)
+    WHERE state = 'ready' AND ready_ms IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_leased ON jobs (stream, leased_ms) WHERE state = 'leased';
 CREATE INDEX IF NOT EXISTS jobs_acked ON jobs (expires_ms) WHERE state = 'acked';
 CREATE TABLE IF NOT EXISTS ledger (
@@ -100,11 +103,33 @@ def open_checked(path: Path) -> sqlite3.Connection:
             _quick_check(conn, path)
         conn.close()
         conn = connect(path)
+        _migrate(conn)
         conn.executescript(SCHEMA)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise _corrupt(path, str(exc)) from exc
     return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a file of an earlier version up to :data:`SCHEMA`, once, under the
+    write lock (another process may open it at the same moment). Delayed events
+    (issue 33): ``jobs.ready_ms``, a delayed job's due time (``NULL`` for every
+    other job, so existing rows and writers of the previous version need
+    nothing), and two ready ranges per class instead of one: ``jobs_ready`` (now
+    without delayed jobs, in publish order, as before) and ``jobs_delayed`` (in
+    due order, read up to now). The old ``jobs_ready`` is dropped here;
+    ``SCHEMA`` creates both."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        if columns and "ready_ms" not in columns:
+            conn.execute("ALTER TABLE jobs ADD COLUMN ready_ms INTEGER")
+            conn.execute("DROP INDEX IF EXISTS jobs_ready")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _quick_check(conn: sqlite3.Connection, path: Path) -> None:

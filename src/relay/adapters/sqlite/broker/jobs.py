@@ -39,38 +39,75 @@ def new_token() -> str:
     return secrets.token_hex(8)
 
 
-def publish(
-    conn: sqlite3.Connection, now_ms: int, stream: str, payload: bytes | None, priority: int
+def publish(  # noqa: PLR0917 - every step has the (conn, now_ms) head
+    conn: sqlite3.Connection,
+    now_ms: int,
+    stream: str,
+    payload: bytes | None,
+    priority: int,
+    ready_ms: int | None = None,
 ) -> str:
+    """Add a job; ``ready_ms``: a delayed job's due time (``None``: ready now)."""
     cur = conn.execute(
-        "INSERT INTO jobs (stream, created_ms, priority, payload) VALUES (?, ?, ?, ?)",
-        (stream, now_ms, priority, payload),
+        "INSERT INTO jobs (stream, created_ms, priority, payload, ready_ms) VALUES (?, ?, ?, ?, ?)",
+        (stream, now_ms, priority, payload, ready_ms),
     )
     assert cur.lastrowid is not None
     return message_id(now_ms, cur.lastrowid)
 
 
-# The oldest ``?`` ready jobs of each class, one partial-index range per class, in
-# one statement (each ``execute`` lets go of the GIL twice: fewer is faster).
+# The ``?`` ready jobs of each class that became ready first, two partial-index
+# ranges per class, in one statement (each ``execute`` lets go of the GIL twice:
+# fewer is faster): jobs published ready, in publish order (``jobs_ready``, no
+# clock in it, as before delayed events), and delayed jobs due by now, in due
+# order (``jobs_delayed``; one not due yet is never read). A job ages from when
+# it became ready: its publish, or a delayed job's due time (issue 33).
 _CANDIDATES: Final = " UNION ALL ".join(
     f"SELECT * FROM (SELECT {p}, created_ms, seq FROM jobs INDEXED BY jobs_ready"  # noqa: S608 - class numbers
-    f" WHERE stream = ? AND state = 'ready' AND priority = {p}"
+    f" WHERE stream = ? AND state = 'ready' AND ready_ms IS NULL AND priority = {p}"
     " ORDER BY created_ms, seq LIMIT ?)"
+    f" UNION ALL SELECT * FROM (SELECT {p}, ready_ms, seq FROM jobs INDEXED BY jobs_delayed"
+    f" WHERE stream = ? AND state = 'ready' AND ready_ms IS NOT NULL AND priority = {p}"
+    " AND ready_ms <= ? ORDER BY ready_ms, seq LIMIT ?)"
     for p in range(len(PRIORITIES))
 )
+# The next delayed job's due time, one seek per class.
+_DUE_PER_CLASS: Final = " UNION ALL ".join(
+    "SELECT (SELECT min(ready_ms) FROM jobs INDEXED BY jobs_delayed"  # noqa: S608 - class numbers
+    f" WHERE stream = ? AND state = 'ready' AND ready_ms IS NOT NULL AND priority = {p}"
+    " AND ready_ms > ?) AS due"
+    for p in range(len(PRIORITIES))
+)
+_NEXT_DUE: Final = f"SELECT min(due) FROM ({_DUE_PER_CLASS})"  # noqa: S608 - constants
 
 
 def _candidates(
-    conn: sqlite3.Connection, stream: str, count: int, skip: Collection[int] = ()
+    conn: sqlite3.Connection, stream: str, count: int, now_ms: int, skip: Collection[int] = ()
 ) -> list[list[Candidate]]:
-    """Per class, its ``count`` oldest ready jobs not in ``skip``, oldest first
-    (the ones skipped are among the rows read: ask for ``count + len(skip)``)."""
+    """Per class, its ``count`` longest-ready jobs not in ``skip``, first ready
+    first (the ones skipped are among the rows read: ask for ``count + len(skip)``)."""
     per_class: list[list[Candidate]] = [[] for _ in PRIORITIES]
-    args = (stream, count + len(skip)) * len(PRIORITIES)
-    for priority, created_ms, seq in conn.execute(_CANDIDATES, args):
+    want = count + len(skip)
+    args = (stream, want, stream, now_ms, want) * len(PRIORITIES)
+    merged = False
+    for priority, ready_ms, seq in conn.execute(_CANDIDATES, args):
         if seq not in skip:
-            per_class[priority].append(Candidate(priority, created_ms, seq))
+            found = per_class[priority]
+            merged = merged or bool(found and found[-1].ready_ms > ready_ms)
+            found.append(Candidate(priority, ready_ms, seq))
+    if merged:  # a due delayed job among jobs published ready: one order by ready time
+        per_class = [sorted(found, key=_ready_order)[:want] for found in per_class]
     return per_class
+
+
+def _ready_order(candidate: Candidate) -> tuple[int, int]:
+    return candidate.ready_ms, candidate.seq
+
+
+def next_due(conn: sqlite3.Connection, now_ms: int, stream: str) -> int | None:
+    """When the next delayed job of ``stream`` becomes ready (``None``: none waits)."""
+    row = conn.execute(_NEXT_DUE, (stream, now_ms) * len(PRIORITIES)).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def _winners(per_class: list[list[Candidate]], now_ms: int, count: int) -> list[Candidate]:
@@ -99,7 +136,7 @@ def claim(
     fenced with its own token (a fresh random part per claim, plus the job's
     row): a lease without a claim (the raw loops of ``bench/broker.py`` and tests
     that need a job leased; a consumer's read peeks instead)."""
-    winners = _winners(_candidates(conn, stream, count), now_ms, count)
+    winners = _winners(_candidates(conn, stream, count, now_ms), now_ms, count)
     if not winners:
         return []
     marks = ",".join("?" * len(winners))
@@ -107,17 +144,17 @@ def claim(
         "UPDATE jobs SET state = 'leased', token = ? || '.' || seq, consumer = ?,"  # noqa: S608 - placeholders
         " leased_ms = ?, deliveries = deliveries + 1"
         f" WHERE seq IN ({marks}) AND state = 'ready'"
-        " RETURNING seq, payload, deliveries, token",
+        " RETURNING seq, created_ms, payload, deliveries, token",
         (new_token(), consumer, now_ms, *(w.seq for w in winners)),
     ).fetchall()
-    by_seq = {seq: (payload, deliveries, token) for seq, payload, deliveries, token in rows}
+    by_seq = {row[0]: row[1:] for row in rows}
     leased: list[tuple[StreamMessage, str]] = []
     for w in winners:  # in the order chosen
-        payload, deliveries, token = by_seq[w.seq]
+        created_ms, payload, deliveries, token = by_seq[w.seq]
         # Delivered before (put back by a restart's release or a give-back after a
         # takeover): a redelivery, exactly as a reclaimed one is (issue 35 item 3).
         message = StreamMessage(
-            id=message_id(w.created_ms, w.seq), payload=payload, deliveries=deliveries,
+            id=message_id(created_ms, w.seq), payload=payload, deliveries=deliveries,
             reclaimed=deliveries > 1, delivery=token,
         )
         leased.append((message, token))
@@ -140,25 +177,25 @@ def peek(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     (0 but after a collision, see :class:`relay.adapters.sqlite.broker.store.Offers`).
     A job delivered before (``deliveries`` > 0) is a redelivery."""
     want = count * (lane + 1)
-    winners = _winners(_candidates(conn, stream, want, skip), now_ms, want)
+    winners = _winners(_candidates(conn, stream, want, now_ms, skip), now_ms, want)
     start = min(lane * count, max(0, len(winners) - count))
     chosen = winners[start:start + count]
     if not chosen:
         return []
     marks = ",".join("?" * len(chosen))
     found = {
-        seq: (payload, deliveries)
-        for seq, payload, deliveries in conn.execute(
-            f"SELECT seq, payload, deliveries FROM jobs WHERE seq IN ({marks})",  # noqa: S608 - placeholders
+        row[0]: row[1:]
+        for row in conn.execute(
+            f"SELECT seq, created_ms, payload, deliveries FROM jobs WHERE seq IN ({marks})",  # noqa: S608 - placeholders
             tuple(c.seq for c in chosen),
         )
     }
     prefix = new_token()
     messages: list[StreamMessage] = []
     for c in chosen:
-        payload, seen = found[c.seq]
+        created_ms, payload, seen = found[c.seq]
         messages.append(StreamMessage(
-            id=message_id(c.created_ms, c.seq), payload=payload, deliveries=seen + 1,
+            id=message_id(created_ms, c.seq), payload=payload, deliveries=seen + 1,
             reclaimed=seen > 0, delivery=f"{prefix}.{c.seq}.{seen}",
         ))
     return messages
