@@ -1,0 +1,238 @@
+"""Delayed and idempotent publishes on a real Redis (issue 33): the publish script,
+the mover every worker runs, and what survives a stop in between."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import redis.asyncio
+
+from relay.adapters.metrics.backlog import redis_backlog_reader
+from relay.adapters.redis.keys import delayed_events_key, delayed_key
+from relay.adapters.redis.producer import MOVE_BATCH, DelayedMover, RedisEventPublisher
+from relay.domain.publication import InvalidPublication, Publication, delayed_due, key_record
+from tests.testbed import RedisServer
+
+pytestmark = [pytest.mark.redis, pytest.mark.anyio]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def event(n: int) -> bytes:
+    return json.dumps({"kind": "job", "n": n}).encode()
+
+
+async def server_ms(client: redis.asyncio.Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def entries(client: redis.asyncio.Redis, stream: str) -> list[tuple[str, dict[str, Any]]]:
+    rows: Any = await client.xrange(stream)
+    return [(str(entry_id), fields) for entry_id, fields in rows]
+
+
+async def test_a_delayed_publish_answers_a_delayed_id_naming_its_due_time(
+    redis_client: redis.asyncio.Redis, unique: str
+) -> None:
+    """The id's shape is written twice (publish.lua and domain.publication): the
+    same due time read back both ways."""
+    stream = f"{unique}-events"
+    due = await server_ms(redis_client) + 60_000
+    publisher = RedisEventPublisher(redis_client, stream)
+    ids = await publisher.append([Publication(event(n), deliver_at_ms=due) for n in range(3)])
+    assert all(re.fullmatch(rf"delayed-{due}-\d+", i) for i in ids)
+    assert [delayed_due(i) for i in ids] == [due] * 3
+    assert len(set(ids)) == 3
+    assert await entries(redis_client, stream) == []
+    assert await redis_client.zcard(delayed_key(stream)) == 3
+    await redis_client.xgroup_create(stream, "relay", id="0", mkstream=True)
+    backlog = await redis_backlog_reader(redis_client, stream, "relay")()
+    assert backlog.delayed == 3
+
+
+async def test_the_mover_moves_nothing_before_its_time_and_everything_at_it(
+    redis_client: redis.asyncio.Redis, unique: str
+) -> None:
+    stream = f"{unique}-events"
+    due = await server_ms(redis_client) + 500
+    publisher = RedisEventPublisher(redis_client, stream)
+    [delayed] = await publisher.append([Publication(event(1), deliver_at_ms=due)])
+    mover = DelayedMover(redis_client, stream)
+    assert await mover.move_due() == 0
+    with anyio.fail_after(10):
+        while await mover.move_due() == 0:  # noqa: ASYNC110 - Redis's clock, no event
+            await anyio.sleep(0.02)
+    [(entry_id, fields)] = await entries(redis_client, stream)
+    assert int(entry_id.split("-")[0]) >= due  # never before its time
+    assert fields == {"event": event(1).decode(), "delayed": delayed}
+    assert await redis_client.exists(delayed_key(stream), delayed_events_key(stream)) == 0
+
+
+async def test_three_movers_move_each_due_event_exactly_once(
+    redis_url: str, unique: str
+) -> None:
+    """Three workers' movers, each on its own connection, running at once over
+    more due events than one batch: every event reaches the stream once."""
+    stream = f"{unique}-events"
+    clients = [redis.asyncio.Redis.from_url(redis_url, decode_responses=True) for _ in range(3)]
+    try:
+        due = await server_ms(clients[0]) + 300
+        total = 3 * MOVE_BATCH + 17
+        ids = await RedisEventPublisher(clients[0], stream).append(
+            [Publication(event(n), deliver_at_ms=due) for n in range(total)]
+        )
+        movers = [DelayedMover(c, stream, tick_s=0.01) for c in clients]
+        async with anyio.create_task_group() as tg:
+            for mover in movers:
+                tg.start_soon(mover.run)
+            with anyio.fail_after(20):
+                while await clients[0].xlen(stream) < total or await clients[0].zcard(  # noqa: ASYNC110 - Redis state
+                    delayed_key(stream)
+                ):
+                    await anyio.sleep(0.02)
+            await anyio.sleep(0.1)  # a few more ticks of every mover: still nothing twice
+            tg.cancel_scope.cancel()
+        moved = await entries(clients[0], stream)
+        assert sorted(fields["delayed"] for _, fields in moved) == sorted(ids)
+        assert all(int(entry_id.split("-")[0]) >= due for entry_id, _ in moved)
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+async def test_delayed_events_wait_through_a_kill_of_redis_and_of_the_movers(
+    persistent_redis: RedisServer, unique: str
+) -> None:
+    """Failure row 361: the workers are gone (and Redis itself is killed and
+    restarted, with its append-only file) while events fall due; the next mover
+    started moves every one of them, once."""
+    stream = f"{unique}-events"
+    client = redis.asyncio.Redis.from_url(persistent_redis.url, decode_responses=True)
+    try:
+        due = await server_ms(client) + 200
+        ids = await RedisEventPublisher(client, stream).append(
+            [Publication(event(n), deliver_at_ms=due + n) for n in range(5)]
+        )
+    finally:
+        await client.aclose()
+    await anyio.to_thread.run_sync(persistent_redis.kill)
+    await anyio.to_thread.run_sync(persistent_redis.start)
+    client = redis.asyncio.Redis.from_url(persistent_redis.url, decode_responses=True)
+    try:
+        with anyio.fail_after(10):
+            while await server_ms(client) < due + 5:  # noqa: ASYNC110 - Redis's clock
+                await anyio.sleep(0.02)
+        assert await DelayedMover(client, stream).move_due() == 5
+        moved = await entries(client, stream)
+        assert [fields["delayed"] for _, fields in moved] == ids
+    finally:
+        await client.aclose()
+
+
+async def test_a_key_published_twice_adds_one_entry_until_its_window_ends(
+    redis_client: redis.asyncio.Redis, unique: str
+) -> None:
+    stream = f"{unique}-events"
+    publisher = RedisEventPublisher(redis_client, stream, dedup_window_ns=300 * 10**6)
+    [first] = await publisher.append([Publication(event(1), idempotency_key="order-1")])
+    again = await publisher.append([Publication(event(2), idempotency_key="order-1"),
+                                    Publication(event(3), idempotency_key="order-1")])
+    assert again == [first, first]
+    assert await redis_client.xlen(stream) == 1
+    record = key_record(stream, "order-1")
+    assert 0 < await redis_client.pttl(record) <= 300  # bounded: the record expires
+    with anyio.fail_after(10):
+        while await redis_client.exists(record):  # noqa: ASYNC110 - Redis's expiry
+            await anyio.sleep(0.02)
+    [later] = await publisher.append([Publication(event(4), idempotency_key="order-1")])
+    assert later != first
+    assert await redis_client.xlen(stream) == 2
+
+
+async def test_a_delayed_keyed_publish_answers_its_delayed_id_again(
+    redis_client: redis.asyncio.Redis, unique: str
+) -> None:
+    stream = f"{unique}-events"
+    due = await server_ms(redis_client) + 60_000
+    publisher = RedisEventPublisher(redis_client, stream)
+    one = Publication(event(1), deliver_at_ms=due, idempotency_key="remind-u1")
+    [first] = await publisher.append([one])
+    assert await publisher.append([one]) == [first]
+    assert await redis_client.zcard(delayed_key(stream)) == 1
+
+
+async def test_bad_options_are_refused_before_anything_is_written(
+    redis_client: redis.asyncio.Redis, unique: str
+) -> None:
+    stream = f"{unique}-events"
+    publisher = RedisEventPublisher(redis_client, stream)
+    with pytest.raises(InvalidPublication, match="characters"):
+        await publisher.append([Publication(event(1)),
+                                Publication(event(2), idempotency_key="has space")])
+    far = await server_ms(redis_client) + 400 * 86_400_000
+    with pytest.raises(InvalidPublication, match="365 days"):
+        await publisher.append([Publication(event(1), deliver_at_ms=far)])
+    assert await redis_client.exists(stream, delayed_key(stream)) == 0
+
+
+_PUBLISHER = """
+import json, sys
+from pathlib import Path
+import anyio
+import redis.asyncio
+from relay.adapters.redis.producer import RedisEventPublisher
+from relay.domain.publication import Publication
+
+async def main() -> None:
+    url, stream, go, name = sys.argv[1:5]
+    clients = [redis.asyncio.Redis.from_url(url) for _ in range(5)]
+    while not Path(go).exists():  # both processes start together
+        await anyio.sleep(0.005)
+    async def one(client, n):
+        payload = json.dumps({"from": name, "n": n}).encode()
+        [mid] = await RedisEventPublisher(client, stream).append(
+            [Publication(payload, idempotency_key="k-1")])
+        print(mid, flush=True)
+    async with anyio.create_task_group() as tg:
+        for n, client in enumerate(clients):
+            tg.start_soon(one, client, n)
+    for client in clients:
+        await client.aclose()
+
+anyio.run(main)
+"""
+
+
+def test_two_processes_publishing_one_key_at_once_make_one_entry(
+    redis_url: str, unique: str, tmp_path: Path
+) -> None:
+    stream = f"{unique}-events"
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PUBLISHER, redis_url, stream, str(go), str(n)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        for n in range(2)
+    ]
+    go.touch()
+    answers: list[str] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+        answers += out.decode().split()
+    assert len(answers) == 10
+    assert len(set(answers)) == 1
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.xlen(stream) == 1
+    finally:
+        client.close()
