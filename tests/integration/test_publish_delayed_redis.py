@@ -13,11 +13,14 @@ from typing import Any
 import anyio
 import pytest
 import redis.asyncio
+from typer.testing import CliRunner, Result
 
 from relay.adapters.metrics.backlog import redis_backlog_reader
 from relay.adapters.redis.keys import delayed_events_key, delayed_key
 from relay.adapters.redis.producer import MOVE_BATCH, DelayedMover, RedisEventPublisher
 from relay.domain.publication import InvalidPublication, Publication, delayed_due, key_record
+from relay.entrypoints.cli import app
+from tests.json_schemas import assert_matches_schema
 from tests.testbed import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.anyio]
@@ -236,3 +239,59 @@ def test_two_processes_publishing_one_key_at_once_make_one_entry(
         assert client.xlen(stream) == 1
     finally:
         client.close()
+
+
+async def test_trace_of_a_delayed_id_says_until_when_then_traces_the_entry_it_became(
+    redis_client: redis.asyncio.Redis, redis_url: str, unique: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = f"{unique}-events"
+    await redis_client.xgroup_create(stream, "relay", id="0", mkstream=True)
+    monkeypatch.setenv("REDIS_URI", redis_url)
+    monkeypatch.setenv("REDIS_STREAM", stream)
+    monkeypatch.setenv("REDIS_GROUP", "relay")
+    due = await server_ms(redis_client) + 400
+    [delayed] = await RedisEventPublisher(redis_client, stream).append(
+        [Publication(event(1), deliver_at_ms=due)]
+    )
+    waiting = await anyio.to_thread.run_sync(_trace, delayed, "--json")
+    assert waiting.exit_code == 0, waiting.output
+    document = assert_matches_schema(waiting.stdout)
+    assert document["verdict"]["code"] == "delayed"
+    assert document["delayed_until"] is not None
+    text = await anyio.to_thread.run_sync(_trace, delayed)
+    assert "Delayed:      until " in text.stdout
+    with anyio.fail_after(10):
+        while not await DelayedMover(redis_client, stream).move_due():  # noqa: ASYNC110 - Redis's clock
+            await anyio.sleep(0.02)
+    [(entry_id, _)] = await entries(redis_client, stream)
+    moved = await anyio.to_thread.run_sync(_trace, delayed)
+    assert moved.exit_code == 0, moved.output
+    assert f"relay: note: delayed id {delayed} entered the stream as {entry_id}" in moved.stderr
+    assert f"Message:      {entry_id} (stream {stream}, group relay)" in moved.stdout
+    gone = await anyio.to_thread.run_sync(_trace, f"delayed-{due}-999999")
+    assert gone.exit_code == 1
+    assert "is not waiting, and no entry" in gone.stderr
+
+
+def _trace(*args: str) -> Result:
+    return CliRunner().invoke(app, ["trace", *args])
+
+
+async def test_a_server_that_never_saw_the_script_loads_it_and_runs_it_once(
+    restartable_redis: RedisServer, unique: str
+) -> None:
+    """A fresh server (or one restarted, or after SCRIPT FLUSH) answers NOSCRIPT to
+    the pipelined EVALSHA: that call did nothing, so it is loaded and sent again."""
+    stream = f"{unique}-events"
+    client = redis.asyncio.Redis.from_url(restartable_redis.url)
+    try:
+        ids = await RedisEventPublisher(client, stream).append([
+            Publication(event(1)),
+            Publication(event(2), idempotency_key="once"),
+            Publication(event(3), idempotency_key="once"),
+        ])
+        assert ids[1] == ids[2] != ids[0]
+        assert await client.xlen(stream) == 2
+    finally:
+        await client.aclose()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from typer.testing import CliRunner
 
 from relay.adapters.brokers import sqlite_backlog_reader
 from relay.adapters.sqlite.broker import stream as stream_module
@@ -23,6 +24,7 @@ from relay.adapters.sqlite.broker.stream import SqliteEventStream
 from relay.adapters.system import SystemClock
 from relay.domain.priority import AGING_STEP_MS
 from relay.domain.publication import InvalidPublication, Publication
+from relay.entrypoints.cli import app
 from tests.fakes import FakeClock
 from tests.integration.broker_rows import read_held, rows
 
@@ -268,3 +270,22 @@ def test_two_processes_publishing_one_key_at_once_make_one_job(path: Path, tmp_p
     assert len(answers) == 20
     assert len(set(answers)) == 1  # every publish answered with the one job's id
     assert rows(path, "SELECT count(*) FROM jobs") == [(1,)]
+
+
+async def test_trace_of_a_delayed_job_says_until_when(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = BrokerStore(path, SystemClock())
+    try:
+        [job] = await SqliteEventPublisher(store, "events").append(
+            [Publication(event(1), deliver_at_ms=store.now_ms() + 3_600_000)]
+        )
+    finally:
+        store.close()
+    monkeypatch.setenv("RELAY_BROKER", "sqlite")
+    monkeypatch.setenv("RELAY_BROKER_PATH", str(path))
+    monkeypatch.setenv("REDIS_STREAM", "events")
+    done = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(app, ["trace", job]))
+    assert done.exit_code == 0, done.output
+    assert "Delayed:      until " in done.stdout
+    assert "Verdict:      delayed: deliverable from " in done.stdout

@@ -20,6 +20,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from relay.adapters.redis.keys import (
     delayed_events_key,
@@ -80,20 +81,33 @@ class RedisEventPublisher:
             return []
         now = self._now_ms()
         check_all(publications, now)
+        calls = [self._call(p, now) for p in publications]
         async with self._client.pipeline(transaction=False) as pipe:
-            for p in publications:
-                due = due_ms(p.deliver_at_ms, now)
-                if due is None and p.idempotency_key is None:
+            for p, call in zip(publications, calls, strict=True):
+                if call is None:
                     pipe.xadd(self._stream, {"event": p.payload})
-                    continue
-                keys = list(self._keys)
-                if p.idempotency_key is not None:
-                    keys.append(key_record(self._stream, p.idempotency_key))
-                args: list[bytes | str] = [p.payload, "" if due is None else str(due),
-                                           self._window_ms]
-                await self._script(keys=keys, args=args, client=pipe)  # queued in the pipeline
-            replies = await pipe.execute()
+                else:  # EVALSHA itself: a pipeline's script support asks SCRIPT EXISTS first
+                    pipe.evalsha(self._script.sha, len(call[0]), *call[0], *call[1])
+            replies = await pipe.execute(raise_on_error=False)
+        for i, reply in enumerate(replies):
+            call = calls[i]
+            # NOSCRIPT (a fresh or restarted server): that call did nothing; load and run
+            # it now (after the batch's other entries: only then may the order differ)
+            if isinstance(reply, NoScriptError) and call is not None:
+                replies[i] = await self._script(keys=call[0], args=call[1])
+            elif isinstance(reply, Exception):
+                raise reply
         return [_text(r[0]) if isinstance(r, list) else _text(r) for r in replies]
+
+    def _call(self, p: Publication, now: int) -> tuple[list[str], list[bytes | str]] | None:
+        """The script's keys and arguments, or ``None`` for a plain ``XADD``."""
+        due = due_ms(p.deliver_at_ms, now)
+        if due is None and p.idempotency_key is None:
+            return None
+        keys = list(self._keys)
+        if p.idempotency_key is not None:
+            keys.append(key_record(self._stream, p.idempotency_key))
+        return keys, [p.payload, "" if due is None else str(due), self._window_ms]
 
 
 def _wall_ms() -> int:

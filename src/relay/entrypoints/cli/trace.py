@@ -29,6 +29,7 @@ from relay.domain.invocation import (
     parse_marker,
 )
 from relay.domain.ledger_rules import parse_claim_stamp, parse_class_stamp
+from relay.domain.publication import delayed_due
 from relay.domain.retention import StreamId
 from relay.domain.schedule import ID_PREFIX
 from relay.entrypoints.cli.common import fail, out
@@ -53,9 +54,10 @@ def trace(
     as_json: JsonFlag = False,
 ) -> None:
     try:
-        normalised = str(StreamId.parse(message_id.strip()))
+        normalised = delayed_or_stream_id(message_id.strip())
     except ValueError:
-        fail(f"{message_id!r} is not a stream message id (expected <milliseconds>-<sequence>)")
+        fail(f"{message_id!r} is not a stream message id (expected <milliseconds>-<sequence>,"
+             " or a delayed id delayed-<milliseconds>-<n>)")
     try:
         broker, settings = load_broker_settings(os.environ)
     except RelayError as exc:
@@ -101,6 +103,7 @@ class MessageFacts:
     pending: dict[str, Any] | None = None  # consumer, idle ms, deliveries
     dead_letters: list[DeadLetter] = field(default_factory=list)
     dlq_scan_complete: bool = True
+    delayed_until_ms: int | None = None  # a delayed event not due yet (docs/producing.md)
 
 
 async def _gather_with_client(settings: RedisSettings, message_id: str) -> MessageFacts:
@@ -113,6 +116,10 @@ async def _gather_with_client(settings: RedisSettings, message_id: str) -> Messa
         problem = await redis_target_problem(redis, settings.stream, settings.group)
         if problem is not None:  # a typo must not read as "unknown message"
             raise ConfigError(problem)
+        if delayed_due(message_id) is not None:
+            from relay.entrypoints.cli.trace_delayed import gather_delayed
+
+            return await gather_delayed(redis, settings.stream, settings.group, message_id)
         return await gather(redis, settings.stream, settings.group, message_id)
     except (RedisError, OSError) as exc:
         raise DependencyUnavailable(f"cannot read from Redis: {exc}") from exc
@@ -192,6 +199,7 @@ def render_trace(facts: MessageFacts) -> list[str]:
     lines = [
         f"Message:      {facts.message_id} (stream {facts.stream}, group {facts.group})",
         f"Event:        {_body(facts)}",
+        *([] if facts.delayed_until_ms is None else [f"Delayed:      {_delayed(facts)}"]),
         f"Pending:      {_pending(facts)}",
         f"Classified:   {_classified(facts.ledger)}",
         f"Ledger:       {_ledger(facts)}",
@@ -253,6 +261,8 @@ def verdict(facts: MessageFacts) -> str:
 def verdict_of(facts: MessageFacts) -> tuple[str, str]:  # noqa: PLR0911 - one answer per situation
     """``(code, text)``: a stable snake_case code for scripts (``--json``) and the words."""
     markers = [parse_marker(v) for k, v in facts.ledger.items() if not k.startswith("@")]
+    if facts.delayed_until_ms is not None:
+        return "delayed", f"delayed: deliverable from {_stamp(facts.delayed_until_ms)}, not before"
     if "@dlq" in facts.ledger:
         return "malformed", (
             "malformed (not a JSON object event, or too large): dead-lettered without running"
@@ -318,6 +328,17 @@ def _all_settled(ledger: Mapping[str, str], markers: list[Marker | None]) -> boo
     if not set(matched.removeprefix("matched:").split(",")) <= recorded:
         return False  # a function that never ran (still building) gates the message
     return all(isinstance(m, Ok) or (isinstance(m, Exhausted) and m.dead_lettered) for m in markers)
+
+
+def _delayed(facts: MessageFacts) -> str:
+    assert facts.delayed_until_ms is not None
+    left = facts.delayed_until_ms - facts.now_ms
+    return f"until {_stamp(facts.delayed_until_ms)} (in {_ms(max(0, left))}; not in the queue yet)"
+
+
+def delayed_or_stream_id(text: str) -> str:
+    """A delayed id as it is, or the normalised stream id (else ``ValueError``)."""
+    return text if delayed_due(text) is not None else str(StreamId.parse(text))
 
 
 def _body(facts: MessageFacts) -> str:

@@ -56,6 +56,9 @@ def trace_document(facts: MessageFacts) -> dict[str, Any]:
         ],
         "dead_letters": [_dead_letter(e) for e in facts.dead_letters],
         "dead_letters_complete": facts.dlq_scan_complete,
+        "delayed_until": (
+            None if facts.delayed_until_ms is None else _stamp(facts.delayed_until_ms)
+        ),
         "verdict": {"code": code, "text": text},
     }
 
