@@ -295,3 +295,31 @@ async def test_a_server_that_never_saw_the_script_loads_it_and_runs_it_once(
         assert await client.xlen(stream) == 2
     finally:
         await client.aclose()
+
+
+async def test_a_publish_that_timed_out_and_is_retried_with_its_key_is_one_event(
+    restartable_redis: RedisServer, unique: str
+) -> None:
+    """Failure row 360: Redis stalls, the producer's call times out, Redis then runs
+    it after all; the producer retries with the same key and gets the first id."""
+    stream = f"{unique}-events"
+    client = redis.asyncio.Redis.from_url(restartable_redis.url, socket_timeout=0.5)
+    publisher = RedisEventPublisher(client, stream)
+    one = [Publication(event(1), idempotency_key="charge-42")]
+    try:
+        await publisher.append(one)  # the script is loaded: the stalled call is all there is
+        await client.delete(stream, key_record(stream, "charge-42"))
+        await anyio.to_thread.run_sync(restartable_redis.pause)
+        try:
+            with pytest.raises(redis.exceptions.TimeoutError):
+                await publisher.append(one)
+        finally:
+            await anyio.to_thread.run_sync(restartable_redis.unpause)
+        with anyio.fail_after(10):
+            while not await client.exists(stream):  # noqa: ASYNC110 - the stalled call lands
+                await anyio.sleep(0.02)
+        [retried] = await publisher.append(one)
+        rows: Any = await client.xrange(stream)
+        assert [r[0].decode() for r in rows] == [retried]
+    finally:
+        await client.aclose()

@@ -289,3 +289,18 @@ async def test_trace_of_a_delayed_job_says_until_when(
     assert done.exit_code == 0, done.output
     assert "Delayed:      until " in done.stdout
     assert "Verdict:      delayed: deliverable from " in done.stdout
+
+
+async def test_a_publish_given_up_on_and_retried_with_its_key_is_one_job(
+    store: BrokerStore, path: Path
+) -> None:
+    """Failure row 360 on the embedded broker: the producer stops waiting (a timeout
+    of its own) once its publish is handed to the writer, which commits it all the
+    same; the retry with the same key answers that job's id."""
+    publisher = SqliteEventPublisher(store, "events")
+    one = [Publication(event(1), idempotency_key="charge-42")]
+    with anyio.move_on_after(0) as scope:
+        await publisher.append(one)
+    assert scope.cancelled_caught
+    [retried] = await publisher.append(one)
+    assert rows(path, "SELECT created_ms || '-' || seq FROM jobs") == [(retried,)]
