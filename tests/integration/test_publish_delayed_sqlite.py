@@ -304,3 +304,64 @@ async def test_a_publish_given_up_on_and_retried_with_its_key_is_one_job(
     assert scope.cancelled_caught
     [retried] = await publisher.append(one)
     assert rows(path, "SELECT created_ms || '-' || seq FROM jobs") == [(retried,)]
+
+
+_CLAIMER = """
+import sys
+from pathlib import Path
+import anyio
+from relay.adapters.sqlite.broker import jobs
+from relay.adapters.sqlite.broker.store import BrokerStore
+from relay.adapters.sqlite.broker.stream import SqliteEventStream
+from relay.adapters.system import SystemClock
+
+async def main() -> None:
+    store = BrokerStore(Path(sys.argv[1]), SystemClock())
+    stream = SqliteEventStream(store, stream="events", group="relay", consumer=sys.argv[2])
+    until_ms = int(sys.argv[3])
+    while store.now_ms() < until_ms:
+        got = await stream.read(10, 200)  # blocks: wakes at the due time by itself
+        wanted = [(jobs.seq_of(m.id), m.delivery) for m in got]
+        held = await store.write(lambda c, now: jobs.hold(c, now, sys.argv[2], wanted))
+        at = store.now_ms()
+        for m in got:
+            if jobs.seq_of(m.id) in held:
+                print(m.id, at, flush=True)
+    store.close()
+
+anyio.run(main)
+"""
+
+
+async def test_three_worker_processes_run_each_delayed_job_once_and_none_early(
+    path: Path,
+) -> None:
+    """Issue 33's "done when" on the embedded broker: three processes reading one
+    file while 300 delayed jobs fall due: each is leased once, none before its time."""
+    store = BrokerStore(path, SystemClock())
+    try:
+        due = store.now_ms() + 1_500
+        ids = await SqliteEventPublisher(store, "events").append(
+            [Publication(event(n), deliver_at_ms=due + n) for n in range(300)]
+        )
+    finally:
+        store.close()
+    claimed: dict[str, int] = {}
+    twice: list[str] = []
+
+    async def claimer(n: int) -> None:
+        args = [str(path), f"worker-{n}", str(due + 2_500)]
+        done = await anyio.run_process([sys.executable, "-c", _CLAIMER, *args], cwd=REPO)
+        for line in done.stdout.decode().splitlines():
+            message_id, at = line.split()
+            if message_id in claimed:
+                twice.append(message_id)
+            claimed[message_id] = int(at)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for n in range(3):
+                tg.start_soon(claimer, n)
+    assert twice == []
+    assert sorted(claimed) == sorted(ids)
+    assert all(claimed[i] >= due + n for n, i in enumerate(ids))
