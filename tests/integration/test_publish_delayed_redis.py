@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 import redis.asyncio
+import structlog
 from typer.testing import CliRunner, Result
 
 from relay.adapters.metrics.backlog import redis_backlog_reader
@@ -321,5 +322,38 @@ async def test_a_publish_that_timed_out_and_is_retried_with_its_key_is_one_event
         [retried] = await publisher.append(one)
         rows: Any = await client.xrange(stream)
         assert [r[0].decode() for r in rows] == [retried]
+    finally:
+        await client.aclose()
+
+
+async def test_a_mover_that_loses_redis_says_so_once_and_moves_on_when_it_is_back(
+    persistent_redis: RedisServer, unique: str
+) -> None:
+    """Failure row 370: Redis goes away under a running mover; one warning, a try
+    every tick, one line when it works again, and the event due meanwhile moved."""
+    stream = f"{unique}-events"
+    client = redis.asyncio.Redis.from_url(persistent_redis.url, decode_responses=True)
+    try:
+        due = await server_ms(client) + 300
+        [delayed] = await RedisEventPublisher(client, stream).append(
+            [Publication(event(1), deliver_at_ms=due)]
+        )
+        with structlog.testing.capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(DelayedMover(client, stream, tick_s=0.05).run)
+                await anyio.to_thread.run_sync(persistent_redis.kill)
+                with anyio.fail_after(10):
+                    while not any(e["event"] == "delayed_move_failed" for e in logs):  # noqa: ASYNC110 - a log line
+                        await anyio.sleep(0.02)
+                await anyio.sleep(0.3)  # several more failing ticks
+                await anyio.to_thread.run_sync(persistent_redis.start)
+                with anyio.fail_after(20):
+                    while not await client.exists(stream):  # noqa: ASYNC110 - Redis state
+                        await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+        events = [e["event"] for e in logs]
+        assert events.count("delayed_move_failed") == 1
+        assert events.count("delayed_move_recovered") == 1
+        assert [fields["delayed"] for _, fields in await entries(client, stream)] == [delayed]
     finally:
         await client.aclose()
