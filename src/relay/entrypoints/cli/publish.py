@@ -74,7 +74,8 @@ def publish(  # noqa: PLR0917 - a typer command: its options are its parameters
     """Publish ``--event`` (``--count`` times) or the JSON lines on stdin."""
     if count < 1:
         usage(f"--count {count} is invalid: expected a positive whole number")
-    options = publish_options(delay, at, key, single=event is not None and count == 1)
+    deliver_at_ms, key = publish_options(delay, at, key, single=event is not None and count == 1)
+    template = Publication(b"", priority, deliver_at_ms=deliver_at_ms, idempotency_key=key)
     run = StdinRun(report=lambda line: typer.echo(f"relay: {line}", err=True))
     try:
         if priority is not None:
@@ -86,7 +87,6 @@ def publish(  # noqa: PLR0917 - a typer command: its options are its parameters
             typer.echo("relay: note: the Redis broker has no priority; --priority is ignored",
                        err=True)
         batches = _batches(event, count, run, limit)
-        template = Publication(b"", priority, *options)
         anyio.run(_publish, settings, batches, template, window_ns)
     except InvalidPriority as exc:
         usage(f"--priority: {exc}")
