@@ -1,6 +1,6 @@
-"""Delayed events through real ``relay start`` workers, a real Redis and real
-containers (issue 33, "done when"): three workers move the due events, one of
-them is killed while they wait, and each event runs once, never before its time."""
+"""Delayed events through real ``relay start`` workers and real containers (issue
+33, "done when"), on Redis and on the embedded broker: three workers, one killed
+while the events wait; each event runs once, never before its time."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import redis
 
 from relay.domain.publication import delayed_due
 from tests.e2e.conftest import WorkerFactory
+from tests.e2e.embedded_support import EmbeddedWorkers, admin_env, broker_rows
 from tests.e2e.harness import RelayWorker, run_relay, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.docker, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.timeout(300)]
 
 HANDLER = """\
 import time
@@ -46,6 +47,32 @@ def _runs(workers: list[RelayWorker]) -> dict[int, list[int]]:
     return runs
 
 
+def _function(functions_dir: Path) -> None:
+    fn = functions_dir / "later"
+    (fn / "jobs").mkdir(parents=True)
+    (fn / "template.yaml").write_text(TEMPLATE)
+    (fn / "jobs" / "later.py").write_text(HANDLER)
+
+
+def _publish_delayed(env: dict[str, str]) -> list[str]:
+    lines = "".join(f'{{"kind": "later", "n": {n}}}\n' for n in range(EVENTS))
+    published = run_relay(["publish", "--delay", "4s"], env, stdin=lines)
+    assert published.returncode == 0, published.stderr
+    ids = published.stdout.split()
+    assert len(ids) == EVENTS
+    return ids
+
+
+def _each_ran_once_not_before(workers: list[RelayWorker], dues: list[int]) -> None:
+    assert not _runs(workers)  # nothing before its time
+    wait_until(lambda: len(_runs(workers)) == EVENTS, 120, "every delayed event to run")
+    runs = _runs(workers)
+    assert Counter(len(times) for times in runs.values()) == Counter({1: EVENTS})
+    for n, due in enumerate(dues):
+        assert runs[n][0] >= due, (n, runs[n][0] - due)
+
+
+@pytest.mark.redis
 def test_three_workers_run_each_delayed_event_once_at_its_time_though_one_is_killed(
     relay_worker: WorkerFactory,
     functions_dir: Path,
@@ -53,24 +80,22 @@ def test_three_workers_run_each_delayed_event_once_at_its_time_though_one_is_kil
     sync_redis: redis.Redis,
     unique: str,
 ) -> None:
-    fn = functions_dir / "later"
-    (fn / "jobs").mkdir(parents=True)
-    (fn / "template.yaml").write_text(TEMPLATE)
-    (fn / "jobs" / "later.py").write_text(HANDLER)
+    _function(functions_dir)
     workers = [
         relay_worker(name=f"w{i}", env={"RELAY_HOSTNAME": f"host-{unique}-{i}"}) for i in range(3)
     ]
-    lines = "".join(f'{{"kind": "later", "n": {n}}}\n' for n in range(EVENTS))
-    published = run_relay(["publish", "--delay", "4s"], workers[0].admin_env, stdin=lines)
-    assert published.returncode == 0, published.stderr
-    dues = [delayed_due(i) for i in published.stdout.split()]
-    assert len(dues) == EVENTS
-    assert all(due is not None for due in dues)
+    dues = [delayed_due(i) or 0 for i in _publish_delayed(workers[0].admin_env)]
+    assert all(dues)  # every id a delayed id, naming its due time
     workers[2].kill()  # one worker gone while every event waits
-    assert not _runs(workers)  # nothing before its time
-    wait_until(lambda: len(_runs(workers)) == EVENTS, 120, "every delayed event to run")
-    runs = _runs(workers)
-    assert Counter(len(times) for times in runs.values()) == Counter({1: EVENTS})
-    for n, due in enumerate(dues):
-        assert due is not None
-        assert runs[n][0] >= due, (n, runs[n][0] - due)
+    _each_ran_once_not_before(workers, dues)
+
+
+def test_three_embedded_workers_run_each_delayed_job_once_at_its_time_though_one_is_killed(
+    embedded_worker: EmbeddedWorkers, functions_dir: Path, broker_file: Path
+) -> None:
+    _function(functions_dir)
+    workers = [embedded_worker(name=f"w{i}") for i in range(3)]
+    ids = _publish_delayed(admin_env(workers[0]))
+    due_of = dict(broker_rows(broker_file, "SELECT created_ms || '-' || seq, ready_ms FROM jobs"))
+    workers[2].kill()  # one worker gone while every job waits
+    _each_ran_once_not_before(workers, [int(due_of[i]) for i in ids])
