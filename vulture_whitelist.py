@@ -56,4 +56,5 @@ CONTROL_COMMANDS  # control protocol: the test that every control command has a 
 render  # domain/template_schema: scripts/template-schema writes the JSON Schema
 ACK_SQL  # sqlite broker ledger: bench/broker.py's raw ack loop
 _.match_linear  # domain/rule_index: the reference the index is proven equal to
+delayed_id  # domain/publication: the fake publisher makes Redis's delayed ids with it
 db_path  # adapters/sqlite/db: the tests name the state database with it

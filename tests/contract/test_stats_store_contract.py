@@ -24,7 +24,7 @@ pytestmark = pytest.mark.anyio
 AT = 1_900_000_000.0  # 2030-03-17T17:46:40Z
 SNAPSHOT = StatsSnapshot(
     totals={"events_received": 5, "events_matched": 4, "dlq_entries": 1,
-            "pending_entries": 3, "oldest_pending_age_seconds": 70},
+            "pending_entries": 3, "oldest_pending_age_seconds": 70, "delayed_entries": 5},
     functions={"fn-a": {"events_matched": 4, "warm_acquires": 2}, "fn-b": {}},
     timestamps={"fn-a": {"last_matched_at": AT - 60, "last_dlq_at": AT - 5}},
 )
@@ -84,7 +84,7 @@ async def test_reset_zeroes_counters_in_place_and_keeps_gauges(store: StatsStore
     after = await store.load()
     assert {key: after.total(key) for key in GLOBAL_COUNTERS} == dict.fromkeys(GLOBAL_COUNTERS, 0)
     assert {key: after.total(key) for key in BACKLOG_GAUGES} == {
-        "pending_entries": 3, "oldest_pending_age_seconds": 70}
+        "pending_entries": 3, "oldest_pending_age_seconds": 70, "delayed_entries": 5}
     assert after.functions == dict.fromkeys(("fn-a", "fn-b"), dict.fromkeys(FUNCTION_COUNTERS, 0))
     assert after.timestamps == {}
     assert after.updated_at == AT + 30

@@ -3,7 +3,8 @@ REDIS_URI names a user made from exactly the documented ``ACL SETUSER`` line run
 events, dead-letters and schedules, the admin commands read what it wrote,
 and Redis's ``ACL LOG`` records no command it refused. Its schedule's occurrences
 exercise the ``GET`` of their dedup key (``+get``: a delivered occurrence runs only
-if the key names its entry, issue 35.12)."""
+if the key names its entry, issue 35.12); a delayed publish with an idempotency
+key exercises the sorted set and the counter of delayed events (issue 33)."""
 
 from __future__ import annotations
 
@@ -112,10 +113,17 @@ def test_a_worker_as_the_documented_least_privilege_user_is_never_refused(
         return listed.returncode == 0 and failed_id in listed.stdout
 
     wait_until(dead_lettered, 90, "the failing event in relay dlq ls")
+    # A delayed, keyed publish as that user: publish.lua, then the worker's mover.
+    once = ["publish", "--event", '{"kind": "ok", "n": 2}', "--delay", "1s", "--id", unique]
+    for _ in range(2):
+        published = run_relay(once, admin)
+        assert published.returncode == 0, published.stderr
+    worker.wait_for(r'message "[0-9-]+": handled 2')
     for args in (["trace", ok_id], ["schedule", "ls"], ["health"]):
         done = run_relay(args, admin)
         assert done.returncode == 0, (args, done.stdout, done.stderr)
         assert not done.stderr.strip(), (args, done.stderr)  # schedule ls: nothing "unknown"
     assert _refused(sync_redis, unique) == []
-    refusals = r"NOPERM|can't run this command|stale_consumers_not_removed|publish_failed"
+    refusals = (r"NOPERM|can't run this command|stale_consumers_not_removed|publish_failed"
+                r"|delayed_move_failed|backlog_sample_failed")
     assert not worker.find(refusals)

@@ -71,7 +71,9 @@ async def test_a_bad_stored_traceparent_is_ignored_not_fatal(tmp_path: Path) -> 
     store = BrokerStore(tmp_path / "broker.sqlite3", FakeClock(1_800_000_000.0))
     try:
         # written by hand (relay publish refuses it): the job is still delivered
-        await store.write(lambda c, now: jobs.publish(c, now, "events", b"{}", 2, "nonsense"))
+        await store.write(
+            lambda c, now: jobs.publish(c, now, "events", b"{}", 2, traceparent="nonsense")
+        )
         stream = SqliteEventStream(store, stream="events", group="relay", consumer="w")
         [message] = await stream.read(10, 0)
         assert (message.payload, message.traceparent) == (b"{}", "")

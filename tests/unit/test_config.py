@@ -8,7 +8,12 @@ import pytest
 
 from relay.domain.durations import HOUR, MINUTE, SECOND
 from relay.domain.errors import ConfigError
-from relay.entrypoints.config import ListenAddress, load_broker_settings, load_settings
+from relay.entrypoints.config import (
+    ListenAddress,
+    load_broker_settings,
+    load_dedup_window,
+    load_settings,
+)
 
 BASE = {"REDIS_URI": "localhost:6379", "REDIS_STREAM": "events", "REDIS_GROUP": "relay"}
 
@@ -152,7 +157,9 @@ def test_durations_accepted(value: str, ns: int) -> None:
     assert s.stream_retention_ns == ns
 
 
-@pytest.mark.parametrize("var", ["WARM_CONTAINER_IDLE_TIMEOUT", "REDIS_STREAM_RETENTION"])
+@pytest.mark.parametrize(
+    "var", ["WARM_CONTAINER_IDLE_TIMEOUT", "REDIS_STREAM_RETENTION", "PUBLISH_DEDUP_WINDOW"]
+)
 @pytest.mark.parametrize("value", ["300", "0s", "0", "-5m", "5 minutes", "1 d", "abc", "m"])
 def test_durations_rejected(var: str, value: str) -> None:
     assert "positive duration" in rejects(var, value)
@@ -163,6 +170,14 @@ def test_empty_duration_means_default(var: str) -> None:
     s = load_settings({**BASE, var: ""})
     assert s.warm_idle_timeout_ns == 5 * MINUTE
     assert s.stream_retention_ns is None
+
+
+@pytest.mark.parametrize(
+    ("value", "ns"), [("", 24 * HOUR), ("2h", 2 * HOUR), ("7d", 7 * 24 * HOUR)]
+)
+def test_publish_dedup_window(value: str, ns: int) -> None:
+    assert load_settings({**BASE, "PUBLISH_DEDUP_WINDOW": value}).publish_dedup_window_ns == ns
+    assert load_dedup_window({"PUBLISH_DEDUP_WINDOW": value}) == ns
 
 
 @pytest.mark.parametrize(

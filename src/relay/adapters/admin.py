@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from relay.domain.errors import ConfigError, DependencyUnavailable
-from relay.domain.publication import Publication
+from relay.domain.publication import DEFAULT_DEDUP_WINDOW_NS, Publication
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -53,22 +53,28 @@ class _Target(Protocol):  # entrypoints.config.RedisSettings, structurally
 
 @asynccontextmanager
 async def open_admin_broker(
-    broker: _Choice, target: _Target, *, create: bool = False, ping: bool = False
+    broker: _Choice,
+    target: _Target,
+    *,
+    create: bool = False,
+    ping: bool = False,
+    dedup_window_ns: int = DEFAULT_DEDUP_WINDOW_NS,
 ) -> AsyncIterator[AdminBroker]:
     """The configured broker's admin side, closed after. ``create`` lets the
     embedded broker's file be created (publishing); reading never creates it.
     ``ping`` checks a Redis server answers before anything else is sent (a
-    publish names the server it cannot reach, before any event is counted)."""
+    publish names the server it cannot reach, before any event is counted).
+    ``dedup_window_ns``: ``PUBLISH_DEDUP_WINDOW``, for keyed publications."""
     if broker.embedded:
         async with open_store(broker.path, create=create) as store:
-            yield SqliteAdmin(store, target.stream, target.group)
+            yield SqliteAdmin(store, target.stream, target.group, dedup_window_ns)
         return
     from relay.adapters.redis.admin_checks import admin_redis_client
     from relay.adapters.redis.connection import connect_redis
 
     redis = await connect_redis(target.url) if ping else admin_redis_client(target.url)
     try:
-        yield RedisAdmin(redis, target.stream, target.group)
+        yield RedisAdmin(redis, target.stream, target.group, dedup_window_ns)
     finally:
         await redis.aclose()
 
@@ -99,10 +105,14 @@ class RedisAdmin:
     kind = "redis"
     priorities = False
 
-    def __init__(self, redis: Redis, stream: str, group: str) -> None:
+    def __init__(
+        self, redis: Redis, stream: str, group: str,
+        dedup_window_ns: int = DEFAULT_DEDUP_WINDOW_NS,
+    ) -> None:
         self.redis = redis
         self.stream = stream
         self.group = group
+        self._window_ns = dedup_window_ns
         self._published = 0
 
     @property
@@ -132,7 +142,7 @@ class RedisAdmin:
     def events(self) -> EventPublisher:
         from relay.adapters.redis.producer import RedisEventPublisher
 
-        return RedisEventPublisher(self.redis, self.stream)
+        return RedisEventPublisher(self.redis, self.stream, dedup_window_ns=self._window_ns)
 
     async def append(self, payload: bytes) -> str:
         from redis.exceptions import RedisError
@@ -188,10 +198,14 @@ class SqliteAdmin:
     kind = "sqlite"
     priorities = True
 
-    def __init__(self, store: BrokerStore, stream: str, group: str) -> None:
+    def __init__(
+        self, store: BrokerStore, stream: str, group: str,
+        dedup_window_ns: int = DEFAULT_DEDUP_WINDOW_NS,
+    ) -> None:
         self.store = store
         self.stream = stream
         self.group = group
+        self._window_ns = dedup_window_ns
 
     @property
     def dead_letters(self) -> DeadLetterStore:
@@ -221,7 +235,7 @@ class SqliteAdmin:
     def events(self) -> EventPublisher:
         from relay.adapters.sqlite.broker.producer import SqliteEventPublisher
 
-        return SqliteEventPublisher(self.store, self.stream)
+        return SqliteEventPublisher(self.store, self.stream, dedup_window_ns=self._window_ns)
 
     async def append(self, payload: bytes) -> str:
         (new_id,) = await self.events.append([Publication(payload)])

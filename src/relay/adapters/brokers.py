@@ -1,7 +1,8 @@
 """The two brokers behind one port: what ``bootstrap`` builds for each.
 
 ``redis`` (the default): the consumer group on a Redis stream, its Lua ledger,
-the DLQ stream, the ``XPENDING`` backlog, and the stream trimmer when
+the DLQ stream, the ``XPENDING`` backlog, the mover of due delayed events, and
+the stream trimmer when
 ``REDIS_STREAM_RETENTION`` is set. Either broker gets the dead-letter trimmer
 when ``DLQ_RETENTION`` is set. ``sqlite``: the embedded broker file, whose
 queue, ledger and DLQ table share one database (a claim and its ledger row are
@@ -20,13 +21,13 @@ from typing import Any
 import anyio
 
 from relay.adapters.metrics.backlog import redis_backlog_reader
-from relay.adapters.metrics.server import BacklogReader
+from relay.adapters.metrics.server import Backlog, BacklogReader
 from relay.adapters.redis.connection import connect_redis
 from relay.adapters.redis.consumers import tidy_consumers
 from relay.adapters.redis.dlq_reader import RedisDeadLetterReader
 from relay.adapters.redis.ledger import RedisInvocationLedger
 from relay.adapters.redis.message_facts import RedisMessageFacts
-from relay.adapters.redis.producer import RedisEventPublisher
+from relay.adapters.redis.producer import DelayedMover, RedisEventPublisher
 from relay.adapters.redis.retention import RetentionTrimmer
 from relay.adapters.redis.schedules import RedisOccurrenceHistory, RedisOccurrencePublisher
 from relay.adapters.redis.stream import RedisEventStream
@@ -112,9 +113,13 @@ async def _redis(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         backlog=redis_backlog_reader(redis, settings.redis.stream, settings.redis.group),
         publisher=RedisOccurrencePublisher(redis, settings.redis.stream),
         history=RedisOccurrenceHistory(redis, settings.redis.stream, settings.redis.group),
-        events=RedisEventPublisher(redis, settings.redis.stream),
+        events=RedisEventPublisher(
+            redis, settings.redis.stream, dedup_window_ns=settings.publish_dedup_window_ns
+        ),
         facts=RedisMessageFacts(redis, settings.redis.stream, settings.redis.group),
     )
+    # Every worker moves the stream's due delayed events (each exactly once).
+    broker.loops.append(("delayed", DelayedMover(redis, settings.redis.stream).run))
     if settings.stream_retention_ns is not None:
         trimmer = RetentionTrimmer(
             redis, settings.redis.stream, settings.stream_retention_ns, clock
@@ -146,27 +151,36 @@ async def _sqlite(stack: AsyncExitStack, settings: Any, clock: Clock) -> Broker:
         backlog=sqlite_backlog_reader(store, settings.redis.stream),
         publisher=SqliteOccurrencePublisher(store, settings.redis.stream),
         history=SqliteOccurrenceHistory(store, settings.redis.stream),
-        events=SqliteEventPublisher(store, settings.redis.stream),
+        events=SqliteEventPublisher(
+            store, settings.redis.stream, dedup_window_ns=settings.publish_dedup_window_ns
+        ),
         facts=SqliteMessageFacts(store, settings.redis.stream, settings.redis.group),
     )
     return _dlq_retention(broker, dead_letters, settings, clock)
 
 
 def sqlite_backlog_reader(store: BrokerStore, stream: str) -> BacklogReader:
-    """``() -> (jobs not yet acknowledged, age s of the oldest)``."""
+    """``() -> (jobs ready or leased and not yet acknowledged, age s of the oldest
+    since it was ready, delayed jobs not due yet)``."""
 
-    async def read() -> tuple[int, float]:
-        count, oldest = await store.read(
+    async def read() -> Backlog:
+        now = store.now_ms()
+        count, oldest, delayed = await store.read(
             lambda c: c.execute(
-                "SELECT count(*), min(created_ms) FROM ("
-                " SELECT created_ms FROM jobs WHERE stream = ? AND state = 'ready'"
-                " UNION ALL SELECT created_ms FROM jobs WHERE stream = ? AND state = 'leased')",
-                (stream, stream),
+                "SELECT count(*), min(at), (SELECT count(*) FROM jobs INDEXED BY jobs_delayed"
+                "  WHERE stream = ? AND state = 'ready' AND ready_ms > ?) FROM ("
+                " SELECT created_ms AS at FROM jobs"
+                "  WHERE stream = ? AND state = 'ready' AND ready_ms IS NULL"
+                " UNION ALL SELECT ready_ms FROM jobs"
+                "  WHERE stream = ? AND state = 'ready' AND ready_ms <= ?"
+                " UNION ALL SELECT coalesce(ready_ms, created_ms) FROM jobs"
+                "  WHERE stream = ? AND state = 'leased')",
+                (stream, now, stream, stream, now, stream),
             ).fetchone()
         )
         if not count:
-            return 0, 0.0
-        return int(count), max(0.0, (store.now_ms() - int(oldest)) / 1000)
+            return Backlog(0, 0.0, int(delayed))
+        return Backlog(int(count), max(0.0, (now - int(oldest)) / 1000), int(delayed))
 
     return read
 

@@ -109,7 +109,13 @@ class EventPublisher(Protocol):
 
     async def append(self, publications: Sequence[Publication]) -> list[str]:
         """Append in order; the message ids, returned only once every one is
-        durable. Invalid delivery options raise before anything is written."""
+        durable. Invalid delivery options raise before anything is written
+        (:class:`relay.domain.publication.InvalidPublication`: a delay beyond the
+        bound, a bad idempotency key; ``InvalidPriority`` on the embedded broker).
+        A publication whose key was appended within the window answers with that
+        first id and adds nothing; a delayed one on Redis answers with a delayed
+        id (``delayed-<due ms>-<n>``, docs/producing.md), the stream id coming
+        when it is moved into the stream."""
         ...
 
 

@@ -65,6 +65,7 @@ class MessageFacts:
     pending: dict[str, Any] | None = None  # consumer, idle ms, deliveries
     dead_letters: list[DeadLetterFact] = field(default_factory=list)
     dlq_scan_complete: bool = True
+    delayed_until_ms: int | None = None  # a delayed event not due yet (docs/producing.md)
 
     def invocations(self) -> list[str]:
         """The invocation fields (``function/handler``), sorted."""
@@ -97,6 +98,7 @@ class MessageFacts:
 class Verdict(StrEnum):
     """The short answer to "why has this event not finished?" (stable codes)."""
 
+    DELAYED = "delayed"
     MALFORMED = "malformed"
     ACKNOWLEDGED_WITHOUT_RUN = "acknowledged_without_run"
     FINISHED = "finished"
@@ -114,6 +116,8 @@ class Verdict(StrEnum):
 def verdict(facts: MessageFacts) -> Verdict:  # noqa: PLR0911 - one answer per situation
     """The message's situation, most telling first."""
     markers = facts.markers()
+    if facts.delayed_until_ms is not None:
+        return Verdict.DELAYED
     if facts.malformed_entry() is not None:
         return Verdict.MALFORMED
     if facts.pending is None:

@@ -38,26 +38,27 @@ def priority_class(name: str | None) -> int:
 
 
 class Candidate(NamedTuple):
-    """The oldest ready job of one class."""
+    """The longest-ready job of one class."""
 
     priority: int
-    created_ms: int
+    ready_ms: int  # when it became ready: its publish, or a delayed job's due time
     seq: int
 
 
-def effective_class(priority: int, created_ms: int, now_ms: int) -> int:
-    """``priority`` raised one class per full minute waited (never above critical)."""
-    waited = max(0, now_ms - created_ms)
+def effective_class(priority: int, ready_ms: int, now_ms: int) -> int:
+    """``priority`` raised one class per full minute waited since the job became
+    ready (never above critical): a delayed job ages from its due time."""
+    waited = max(0, now_ms - ready_ms)
     return max(0, priority - waited // AGING_STEP_MS)
 
 
 def choose(candidates: Iterable[Candidate], now_ms: int) -> Candidate | None:
     """The job a claim takes among the per-class candidates: best effective class,
-    then the oldest, then the first added."""
+    then the longest ready, then the first added."""
     best: Candidate | None = None
     best_key: tuple[int, int, int] | None = None
     for c in candidates:
-        key = (effective_class(c.priority, c.created_ms, now_ms), c.created_ms, c.seq)
+        key = (effective_class(c.priority, c.ready_ms, now_ms), c.ready_ms, c.seq)
         if best_key is None or key < best_key:
             best, best_key = c, key
     return best

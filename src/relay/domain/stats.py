@@ -1,7 +1,7 @@
 """Operational statistics as plain data: what is persisted and how a reset works.
 
 The worker's Prometheus registry is the live source; a :class:`StatsSnapshot`
-is its cumulative counters (plus the two backlog gauges) at one moment, and the
+is its cumulative counters (plus the backlog gauges) at one moment, and the
 four per-function ``Last*`` execution timestamps. A reset never touches
 Prometheus: the worker keeps the snapshot taken at the reset as a baseline and
 persists ``current - baseline`` from then on (a timestamp counts only when it is
@@ -24,7 +24,7 @@ GLOBAL_COUNTERS: Final = (
     "retries",
     "dlq_entries",
 )
-BACKLOG_GAUGES: Final = ("pending_entries", "oldest_pending_age_seconds")
+BACKLOG_GAUGES: Final = ("pending_entries", "oldest_pending_age_seconds", "delayed_entries")
 GLOBAL_KEYS: Final = GLOBAL_COUNTERS + BACKLOG_GAUGES
 
 # Per-function cumulative counters (one ``function_stats`` row each).

@@ -22,6 +22,7 @@ from relay.domain.ingest import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_REQUESTS, HA
 from relay.domain.ingest import PATH as INGEST_PATH
 from relay.domain.invocation import LEDGER_RETENTION_NS, MIN_LEDGER_RETENTION_NS
 from relay.domain.names import hostname_problem, secret_name_error
+from relay.domain.publication import DEFAULT_DEDUP_WINDOW_NS
 from relay.entrypoints.config_console import ObserveSettings, observe_settings
 
 T = TypeVar("T")
@@ -173,6 +174,8 @@ class Settings:
     warm_idle_timeout_ns: int = 5 * MINUTE
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     shutdown_grace_ns: int = DEFAULT_SHUTDOWN_GRACE_NS
+    publish_dedup_window_ns: int = DEFAULT_DEDUP_WINDOW_NS
+    """``PUBLISH_DEDUP_WINDOW``: how long an idempotency key answers with its first id."""
     traefik: TraefikSettings = field(default_factory=TraefikSettings)
     ingest: IngestSettings = field(default_factory=IngestSettings)
     hostname: str = ""
@@ -275,6 +278,7 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             DEFAULT_SHUTDOWN_GRACE_NS,
             "a duration of 0s or more, such as 30s or 2m",
         ),
+        publish_dedup_window_ns=_dedup_window(c),
         traefik=TraefikSettings(
             network=c.parse("TRAEFIK_NETWORK", parse_traefik_name, None, _NAME_ACCEPTS),
             entrypoints=c.parse("TRAEFIK_ENTRYPOINTS", parse_traefik_names, (),
@@ -303,6 +307,22 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     if c.problems:
         raise ConfigError("\n".join(c.problems))
     return settings
+
+
+def _dedup_window(c: _Collector) -> int:
+    return c.parse(
+        "PUBLISH_DEDUP_WINDOW", positive_duration, DEFAULT_DEDUP_WINDOW_NS,
+        "a positive duration such as 24h or 7d",
+    )
+
+
+def load_dedup_window(env: Mapping[str, str]) -> int:
+    """``PUBLISH_DEDUP_WINDOW`` alone, for ``relay publish`` (or :class:`ConfigError`)."""
+    c = _Collector(env)
+    window = _dedup_window(c)
+    if c.problems:
+        raise ConfigError("\n".join(c.problems))
+    return window
 
 
 def load_paths(env: Mapping[str, str]) -> Paths:

@@ -11,7 +11,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from relay.adapters.metrics.registry import Metrics
-from relay.adapters.metrics.server import MetricsServer, parse_listen_addr, sample_backlog
+from relay.adapters.metrics.server import (
+    Backlog,
+    MetricsServer,
+    parse_listen_addr,
+    sample_backlog,
+)
 from relay.domain.errors import ConfigError
 from relay.domain.execution import PoolSnapshot
 from relay.domain.stats import StatsSnapshot
@@ -29,7 +34,7 @@ SPEC_SERIES = {
     "handler_duration_seconds", "function_build_seconds",
     "runtime_container_acquire_duration_seconds",
     # gauges
-    "pending_entries", "pending_oldest_age_seconds", "buffered_events",
+    "pending_entries", "pending_oldest_age_seconds", "delayed_entries", "buffered_events",
     "in_flight_invocations", "runtime_pool_capacity", "runtime_containers",
 }
 ALLOWED_LABELS = {"function", "handler", "outcome", "state", "reason", "le"}
@@ -124,12 +129,12 @@ def test_pool_and_worker_gauges_are_read_live() -> None:
 
 def test_snapshot_reads_cumulative_counters() -> None:
     m = exercised()
-    m.set_backlog(17, 134.7)
+    m.set_backlog(17, 134.7, 4)
     snap = m.snapshot()
     assert snap.totals == {
         "events_received": 2, "events_matched": 1, "events_unmatched": 1,
         "handler_success": 1, "handler_failure": 1, "retries": 1, "dlq_entries": 2,
-        "pending_entries": 17, "oldest_pending_age_seconds": 134,
+        "pending_entries": 17, "oldest_pending_age_seconds": 134, "delayed_entries": 4,
     }
     assert snap.function("fn") == {
         "events_matched": 1, "handler_success": 1, "handler_failure": 1, "retries": 1,
@@ -224,10 +229,12 @@ async def test_bind_failure_is_retried_not_fatal() -> None:
 @pytest.mark.anyio
 async def test_backlog_sampler_sets_gauges_and_survives_errors() -> None:
     m = Metrics()
-    replies: list[tuple[int, float] | Exception] = [(5, 12.5), RuntimeError("down"), (3, 1.0)]
+    replies: list[Backlog | Exception] = [
+        Backlog(5, 12.5), RuntimeError("down"), Backlog(3, 1.0, 7)
+    ]
     calls = 0
 
-    async def read() -> tuple[int, float]:
+    async def read() -> Backlog:
         nonlocal calls
         reply = replies[min(calls, len(replies) - 1)]
         calls += 1
@@ -242,3 +249,4 @@ async def test_backlog_sampler_sets_gauges_and_survives_errors() -> None:
         tg.cancel_scope.cancel()
     assert m.registry.get_sample_value("pending_entries") == 3
     assert m.registry.get_sample_value("pending_oldest_age_seconds") == 1.0
+    assert m.registry.get_sample_value("delayed_entries") == 7

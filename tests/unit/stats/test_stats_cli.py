@@ -14,7 +14,7 @@ from relay.application.bus import MessageBus, Outcome
 from relay.domain.commands import ResetStats
 from relay.domain.stats import StatsSnapshot
 from relay.entrypoints.cli import app
-from relay.entrypoints.cli.stats import render_stats
+from relay.entrypoints.cli.stats import render_stats, stats_document
 
 FRESH = """\
 Events received:     0
@@ -56,6 +56,16 @@ Pending entries:     17
 Oldest pending age:  2m14s
 Updated:             10s ago
 """
+
+
+def test_delayed_entries_show_after_pending_only_when_there_are_some() -> None:
+    snap = StatsSnapshot(totals={"pending_entries": 2, "delayed_entries": 40},
+                         updated_at=1000.0)  # fmt: skip
+    lines = render_stats(snap, 1010.0)
+    at = lines.index("Pending entries:     2")
+    assert lines[at + 1] == "Delayed entries:     40"
+    assert stats_document(snap)["delayed_entries"] == 40
+    assert not any("Delayed" in line for line in render_stats(StatsSnapshot(), 1010.0))
 
 
 def test_missing_database_shows_zeros_and_never(dirs: Path) -> None:

@@ -79,6 +79,10 @@ class Metrics:
         self.pending_oldest_age = Gauge(
             "pending_oldest_age_seconds", "Age of the oldest pending entry.", registry=r
         )
+        self.delayed_entries = Gauge(
+            "delayed_entries", "Delayed events not due yet (not in the stream or queue yet).",
+            registry=r,
+        )
         self.schedule_published = Counter(
             "schedule_occurrences_published", "Schedule occurrences this worker published.",
             registry=r,
@@ -187,9 +191,10 @@ class Metrics:
         if duration_s is not None:
             self.build_duration.labels(function).observe(duration_s)
 
-    def set_backlog(self, pending: int, oldest_age_s: float) -> None:
+    def set_backlog(self, pending: int, oldest_age_s: float, delayed: int = 0) -> None:
         self.pending_entries.set(pending)
         self.pending_oldest_age.set(oldest_age_s)
+        self.delayed_entries.set(delayed)
 
     def watch_worker(
         self,
@@ -260,6 +265,7 @@ class Metrics:
         totals = {key: int(counter.value()) for key, counter in self._globals.items()}
         totals["pending_entries"] = int(_value(self.pending_entries))
         totals["oldest_pending_age_seconds"] = int(_value(self.pending_oldest_age))
+        totals["delayed_entries"] = int(_value(self.delayed_entries))
         functions: dict[str, dict[str, int]] = {}
 
         def add(function: str, key: str, value: float) -> None:
@@ -288,7 +294,8 @@ class Metrics:
         for key, counter in self._globals.items():
             _inc(counter, (), persisted.total(key))
         self.set_backlog(
-            persisted.total("pending_entries"), persisted.total("oldest_pending_age_seconds")
+            persisted.total("pending_entries"), persisted.total("oldest_pending_age_seconds"),
+            persisted.total("delayed_entries"),
         )
         for function in persisted.functions:
             values = persisted.function(function)

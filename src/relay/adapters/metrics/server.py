@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import structlog
@@ -25,8 +25,15 @@ _log = structlog.get_logger(__name__)
 BACKLOG_INTERVAL_S = 15.0
 BIND_RETRY_S = 5.0
 
-BacklogReader = Callable[[], Awaitable[tuple[int, float]]]
-"""Returns ``(pending entries, oldest pending age in seconds)``."""
+class Backlog(NamedTuple):
+    """What a backlog sample reads from the broker."""
+
+    pending: int  # entries delivered or ready and not acknowledged
+    oldest_age_s: float  # the oldest of them
+    delayed: int = 0  # delayed events not due yet (issue 33)
+
+
+BacklogReader = Callable[[], Awaitable[Backlog]]
 
 
 def parse_listen_addr(addr: str) -> tuple[str, int]:
@@ -93,7 +100,7 @@ async def sample_backlog(
     failing = False
     while True:
         try:
-            pending, oldest_age_s = await read()
+            backlog = await read()
         except Exception as exc:  # noqa: BLE001 - sampling must never stop the worker
             if not failing:
                 _log.warning("backlog_sample_failed", error=str(exc))
@@ -102,5 +109,5 @@ async def sample_backlog(
             if failing:
                 _log.info("backlog_sample_recovered")
             failing = False
-            metrics.set_backlog(pending, oldest_age_s)
+            metrics.set_backlog(*backlog)
         await anyio.sleep(interval_s)

@@ -39,3 +39,20 @@ def translated(what: str) -> Iterator[None]:
         yield
     except (RedisError, OSError) as exc:
         raise DependencyUnavailable(f"redis {what} failed: {exc}") from exc
+
+
+def delayed_key(stream: str) -> str:
+    """The due-time sorted set of ``stream``'s delayed events: ``relay:<stream>:delayed``
+    (members are delayed ids, scores their due time in ms)."""
+    return f"relay:{stream}:delayed"
+
+
+def delayed_events_key(stream: str) -> str:
+    """The bodies of the delayed events: ``relay:<stream>:delayed:events``
+    (a hash, delayed id -> event)."""
+    return f"relay:{stream}:delayed:events"
+
+
+def delayed_seq_key(stream: str) -> str:
+    """The counter numbering delayed ids: ``relay:<stream>:delayed:seq``."""
+    return f"relay:{stream}:delayed:seq"

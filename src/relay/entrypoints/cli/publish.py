@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated
+from dataclasses import replace
+from typing import Annotated
 
 import anyio
 import typer
@@ -25,17 +26,20 @@ from relay.domain.publication import Publication
 from relay.entrypoints.cli.brokers import broker_settings
 from relay.entrypoints.cli.common import fail, out, usage
 from relay.entrypoints.cli.publish_input import StdinRun, repeated
-from relay.entrypoints.config import BrokerSettings, RedisSettings, load_max_event_bytes
-
-if TYPE_CHECKING:
-    pass
+from relay.entrypoints.cli.publish_options import publish_options
+from relay.entrypoints.config import (
+    BrokerSettings,
+    RedisSettings,
+    load_dedup_window,
+    load_max_event_bytes,
+)
 
 
 def register(app: typer.Typer) -> None:
     app.command("publish", help="Append events to the broker (embedded or Redis).")(publish)
 
 
-def publish(
+def publish(  # noqa: PLR0917 - a typer command: its options are its parameters
     event: Annotated[
         str | None, typer.Option("--event", help="The event, a JSON object.")
     ] = None,
@@ -51,19 +55,34 @@ def publish(
             help="W3C trace context to send beside every event (the handler's parent span).",
         ),
     ] = None,
+    delay: Annotated[
+        str | None, typer.Option("--delay", help="Deliver after this long, e.g. 10m or 2h30m.")
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", help="Deliver at this RFC 3339 time, e.g. 2026-12-24T18:00:00Z."),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--id", help="Idempotency key: publish the --event once per window."),
+    ] = None,
 ) -> None:
     """Publish ``--event`` (``--count`` times) or the JSON lines on stdin."""
     if count < 1:
         usage(f"--count {count} is invalid: expected a positive whole number")
     trace = _traceparent(traceparent)
+    deliver_at_ms, key = publish_options(delay, at, key, single=event is not None and count == 1)
+    template = Publication(b"", priority, deliver_at_ms=deliver_at_ms, idempotency_key=key,
+                           traceparent=trace or None)
     run = StdinRun(report=lambda line: typer.echo(f"relay: {line}", err=True))
     try:
         if priority is not None:
             priority_class(priority)
         limit = load_max_event_bytes(os.environ)
         settings = broker_settings()
+        window_ns = load_dedup_window(os.environ)
         batches = _batches(event, count, run, limit)
-        anyio.run(_publish, settings, batches, priority, trace)
+        anyio.run(_publish, settings, batches, template, window_ns)
     except InvalidPriority as exc:
         usage(f"--priority: {exc}")
     except RelayError as exc:
@@ -102,8 +121,8 @@ def _traceparent(raw: str | None) -> str:
 async def _publish(
     settings: tuple[BrokerSettings, RedisSettings],
     batches: Iterator[list[bytes]],
-    priority: str | None,
-    traceparent: str,
+    template: Publication,
+    window_ns: int,
 ) -> None:
     from relay.adapters.admin import open_admin_broker
 
@@ -113,14 +132,13 @@ async def _publish(
         nonlocal published
         published += _print(ids)
 
-    async with open_admin_broker(*settings, create=True, ping=True) as admin:
-        if priority is not None and not admin.priorities:
+    async with open_admin_broker(
+        *settings, create=True, ping=True, dedup_window_ns=window_ns
+    ) as admin:
+        if template.priority is not None and not admin.priorities:
             typer.echo("relay: note: the Redis broker has no priority; --priority is ignored",
                        err=True)
-        batched = (
-            [Publication(p, priority, traceparent=traceparent or None) for p in batch]
-            for batch in batches
-        )
+        batched = ([replace(template, payload=p) for p in batch] for batch in batches)
         await admin.publish(batched, done)
         # publish needs no group, so the settings hold none; the note names the configured one
         group = os.environ.get("REDIS_GROUP", "").strip()

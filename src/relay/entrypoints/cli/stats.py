@@ -112,8 +112,12 @@ def _reset_offline(path: Path) -> None:
 
 
 def render_stats(snapshot: StatsSnapshot, now: float) -> list[str]:
-    """The ``relay stats`` lines: zeros and ``Updated: never`` for a fresh database."""
+    """The ``relay stats`` lines: zeros and ``Updated: never`` for a fresh database;
+    ``Delayed entries:`` (delayed events not due yet) only when there are some."""
     lines = [_line(label, str(snapshot.total(key))) for label, key in _COUNTERS]
+    delayed = snapshot.total("delayed_entries")
+    if delayed:  # only then: the spec's block is unchanged for a broker with none
+        lines.append(_line("Delayed entries:", str(delayed)))
     lines.append(
         _line("Oldest pending age:", format_age(snapshot.total("oldest_pending_age_seconds")))
     )

@@ -15,6 +15,7 @@ import anyio
 import typer
 
 from relay.domain.errors import RelayError
+from relay.domain.publication import delayed_due
 from relay.domain.retention import StreamId
 from relay.entrypoints.cli.brokers import broker_settings
 from relay.entrypoints.cli.common import fail, out
@@ -23,6 +24,11 @@ from relay.entrypoints.cli.json_output import JsonFlag, emit_json
 if TYPE_CHECKING:
     from relay.domain.message_facts import MessageFacts
     from relay.entrypoints.config import BrokerSettings, RedisSettings
+
+
+def delayed_or_stream_id(text: str) -> str:
+    """A delayed id as it is, or the normalised stream id (else ``ValueError``)."""
+    return text if delayed_due(text) is not None else str(StreamId.parse(text))
 
 
 def register(app: typer.Typer) -> None:
@@ -36,14 +42,18 @@ def trace(
     as_json: JsonFlag = False,
 ) -> None:
     try:
-        normalised = str(StreamId.parse(message_id.strip()))
+        normalised = delayed_or_stream_id(message_id.strip())
     except ValueError:
-        fail(f"{message_id!r} is not a stream message id (expected <milliseconds>-<sequence>)")
+        fail(f"{message_id!r} is not a stream message id (expected <milliseconds>-<sequence>,"
+             " or a delayed id delayed-<milliseconds>-<n>)")
     broker, settings = broker_settings(need_group=True)
     try:
         facts = anyio.run(_facts, broker, settings, normalised)
     except RelayError as exc:
         fail(str(exc))
+    if facts.message_id != normalised:  # a delayed id, moved into the stream meanwhile
+        typer.echo(f"relay: note: delayed id {normalised} entered the stream as"
+                   f" {facts.message_id}", err=True)
     if as_json:
         from relay.entrypoints.cli.trace_json import trace_document
 

@@ -37,6 +37,9 @@ def trace_document(facts: MessageFacts) -> dict[str, Any]:
         "invocations": [_invocation(facts, name) for name in facts.invocations()],
         "dead_letters": [_dead_letter(e) for e in facts.dead_letters],
         "dead_letters_complete": facts.dlq_scan_complete,
+        "delayed_until": (
+            None if facts.delayed_until_ms is None else stamp(facts.delayed_until_ms)
+        ),
         "verdict": {"code": code, "text": text},
     }
 

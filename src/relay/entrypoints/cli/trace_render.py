@@ -19,6 +19,7 @@ from relay.domain.message_facts import (
 )
 
 VERDICT_TEXT: dict[Verdict, str] = {
+    Verdict.DELAYED: "delayed: deliverable from {until}, not before",
     Verdict.MALFORMED: (
         "malformed (not a JSON object event, or too large): dead-lettered without running"
     ),
@@ -59,18 +60,22 @@ VERDICT_TEXT: dict[Verdict, str] = {
 def verdict_of(facts: MessageFacts) -> tuple[str, str]:
     """``(code, text)``: the domain's stable code (``--json``) and its words."""
     found = verdict(facts)
-    return found.value, VERDICT_TEXT[found]
+    text = VERDICT_TEXT[found]
+    if facts.delayed_until_ms is not None:
+        text = text.format(until=stamp(facts.delayed_until_ms))
+    return found.value, text
 
 
 def verdict_text(facts: MessageFacts) -> str:
     """The short answer to "why has this event not finished?"."""
-    return VERDICT_TEXT[verdict(facts)]
+    return verdict_of(facts)[1]
 
 
 def render_trace(facts: MessageFacts) -> list[str]:
     lines = [
         f"Message:      {facts.message_id} (stream {facts.stream}, group {facts.group})",
         f"Event:        {_body(facts)}",
+        *([] if facts.delayed_until_ms is None else [f"Delayed:      {_delayed(facts)}"]),
         f"Pending:      {_pending(facts)}",
         f"Classified:   {_classified(facts)}",
         f"Ledger:       {_ledger(facts)}",
@@ -121,6 +126,15 @@ def describe_marker(text: str, now_ms: int, claimed_at_ms: int | None = None) ->
             written = "its DLQ entry is written" if dead_lettered else "DLQ entry NOT written yet"
             return f"exhausted after {attempt} attempt{'s' if attempt != 1 else ''}; {written}"
     return f"unreadable marker {text!r} (treated as eligible: runs at the next delivery)"
+
+
+def _delayed(facts: MessageFacts) -> str:
+    assert facts.delayed_until_ms is not None
+    left = facts.delayed_until_ms - facts.now_ms
+    return (
+        f"until {stamp(facts.delayed_until_ms)} (in {ms_text(max(0, left))};"
+        " not in the queue yet)"
+    )
 
 
 def _body(facts: MessageFacts) -> str:

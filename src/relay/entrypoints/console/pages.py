@@ -114,10 +114,10 @@ class Console:
             return cached[1]
         charts = await self._blocking(views.overview_charts, self.db)
         hour = await self._blocking(views.totals, self.db)
-        pending, oldest = None, None
+        pending, oldest, delayed = None, None, None
         with anyio.move_on_after(BACKLOG_DEADLINE_S), suppress(*UNAVAILABLE):
-            pending, oldest = await self.reads.backlog()
-        values = {"charts": charts, "hour": hour, "pending": pending,
+            pending, oldest, delayed = await self.reads.backlog()
+        values = {"charts": charts, "hour": hour, "pending": pending, "delayed": delayed,
                   "oldest": None if oldest is None else f"{oldest:.1f}s"}
         self._overview = (time.monotonic(), values)
         return values

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from relay.adapters.brokers import Broker
+from relay.adapters.metrics.server import Backlog
 from relay.domain.dlq_selection import Selection
 from relay.domain.message_facts import MessageFacts
 from relay.entrypoints.cli.dlq_select import Selected, discard_all, select
@@ -43,7 +44,7 @@ class ConsoleReads:
     async def remove(self, ids: list[str]) -> int:
         return await discard_all(self._reader, ids)
 
-    async def backlog(self) -> tuple[int, float]:
+    async def backlog(self) -> Backlog:
         return await self._broker.backlog()
 
     async def trace(self, message_id: str) -> MessageFacts:

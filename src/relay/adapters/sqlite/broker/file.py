@@ -30,10 +30,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     leased_ms INTEGER,
     deliveries INTEGER NOT NULL DEFAULT 0,
     expires_ms INTEGER,
-    traceparent TEXT
+    traceparent TEXT,
+    ready_ms INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_ready ON jobs (stream, priority, created_ms, seq)
-    WHERE state = 'ready';
+    WHERE state = 'ready' AND ready_ms IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_delayed ON jobs (stream, priority, ready_ms, seq)
+    WHERE state = 'ready' AND ready_ms IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_leased ON jobs (stream, leased_ms) WHERE state = 'leased';
 CREATE INDEX IF NOT EXISTS jobs_acked ON jobs (expires_ms) WHERE state = 'acked';
 CREATE TABLE IF NOT EXISTS ledger (
@@ -101,8 +104,8 @@ def open_checked(path: Path) -> sqlite3.Connection:
             _quick_check(conn, path)
         conn.close()
         conn = connect(path)
-        conn.executescript(SCHEMA)
         _migrate(conn)
+        conn.executescript(SCHEMA)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise _corrupt(path, str(exc)) from exc
@@ -110,12 +113,28 @@ def open_checked(path: Path) -> sqlite3.Connection:
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Bring a file an older Relay created up to :data:`SCHEMA` (its tables exist
-    already, so ``CREATE TABLE IF NOT EXISTS`` added nothing): columns added since
-    are added here, each with no default, so old rows read as before."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
-    if "traceparent" not in columns:  # issue 34: the producer's W3C trace context
-        conn.execute("ALTER TABLE jobs ADD COLUMN traceparent TEXT")
+    """Bring a file of an earlier version up to :data:`SCHEMA`, once, under the
+    write lock (another process may open it at the same moment); columns added
+    since are added with no default, so old rows read as before:
+
+    - ``jobs.ready_ms`` (issue 33, delayed events): a delayed job's due time
+      (``NULL`` for every other job), and two ready ranges per class instead of
+      one: ``jobs_ready`` (now without delayed jobs, in publish order, as before)
+      and ``jobs_delayed`` (in due order, read up to now). The old ``jobs_ready``
+      is dropped here; ``SCHEMA`` creates both.
+    - ``jobs.traceparent`` (issue 34): the producer's W3C trace context."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        if columns and "ready_ms" not in columns:
+            conn.execute("ALTER TABLE jobs ADD COLUMN ready_ms INTEGER")
+            conn.execute("DROP INDEX IF EXISTS jobs_ready")
+        if columns and "traceparent" not in columns:
+            conn.execute("ALTER TABLE jobs ADD COLUMN traceparent TEXT")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _quick_check(conn: sqlite3.Connection, path: Path) -> None:

@@ -40,44 +40,78 @@ def new_token() -> str:
     return secrets.token_hex(8)
 
 
-def publish(  # noqa: PLR0917 - every step has the (conn, now_ms) head
+def publish(
     conn: sqlite3.Connection,
     now_ms: int,
     stream: str,
     payload: bytes | None,
     priority: int,
+    *,
+    ready_ms: int | None = None,
     traceparent: str | None = None,
 ) -> str:
+    """Add a job; ``ready_ms``: a delayed job's due time (``None``: ready now)."""
     cur = conn.execute(
-        "INSERT INTO jobs (stream, created_ms, priority, payload, traceparent)"
-        " VALUES (?, ?, ?, ?, ?)",
-        (stream, now_ms, priority, payload, traceparent or None),
+        "INSERT INTO jobs (stream, created_ms, priority, payload, ready_ms, traceparent)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (stream, now_ms, priority, payload, ready_ms, traceparent or None),
     )
     assert cur.lastrowid is not None
     return message_id(now_ms, cur.lastrowid)
 
 
-# The oldest ``?`` ready jobs of each class, one partial-index range per class, in
-# one statement (each ``execute`` lets go of the GIL twice: fewer is faster).
+# The ``?`` ready jobs of each class that became ready first, two partial-index
+# ranges per class, in one statement (each ``execute`` lets go of the GIL twice:
+# fewer is faster): jobs published ready, in publish order (``jobs_ready``, no
+# clock in it, as before delayed events), and delayed jobs due by now, in due
+# order (``jobs_delayed``; one not due yet is never read). A job ages from when
+# it became ready: its publish, or a delayed job's due time (issue 33).
 _CANDIDATES: Final = " UNION ALL ".join(
     f"SELECT * FROM (SELECT {p}, created_ms, seq FROM jobs INDEXED BY jobs_ready"  # noqa: S608 - class numbers
-    f" WHERE stream = ? AND state = 'ready' AND priority = {p}"
+    f" WHERE stream = ? AND state = 'ready' AND ready_ms IS NULL AND priority = {p}"
     " ORDER BY created_ms, seq LIMIT ?)"
+    f" UNION ALL SELECT * FROM (SELECT {p}, ready_ms, seq FROM jobs INDEXED BY jobs_delayed"
+    f" WHERE stream = ? AND state = 'ready' AND ready_ms IS NOT NULL AND priority = {p}"
+    " AND ready_ms <= ? ORDER BY ready_ms, seq LIMIT ?)"
     for p in range(len(PRIORITIES))
 )
+# The next delayed job's due time, one seek per class.
+_DUE_PER_CLASS: Final = " UNION ALL ".join(
+    "SELECT (SELECT min(ready_ms) FROM jobs INDEXED BY jobs_delayed"  # noqa: S608 - class numbers
+    f" WHERE stream = ? AND state = 'ready' AND ready_ms IS NOT NULL AND priority = {p}"
+    " AND ready_ms > ?) AS due"
+    for p in range(len(PRIORITIES))
+)
+_NEXT_DUE: Final = f"SELECT min(due) FROM ({_DUE_PER_CLASS})"  # noqa: S608 - constants
 
 
 def _candidates(
-    conn: sqlite3.Connection, stream: str, count: int, skip: Collection[int] = ()
+    conn: sqlite3.Connection, stream: str, count: int, now_ms: int, skip: Collection[int] = ()
 ) -> list[list[Candidate]]:
-    """Per class, its ``count`` oldest ready jobs not in ``skip``, oldest first
-    (the ones skipped are among the rows read: ask for ``count + len(skip)``)."""
+    """Per class, its ``count`` longest-ready jobs not in ``skip``, first ready
+    first (the ones skipped are among the rows read: ask for ``count + len(skip)``)."""
     per_class: list[list[Candidate]] = [[] for _ in PRIORITIES]
-    args = (stream, count + len(skip)) * len(PRIORITIES)
-    for priority, created_ms, seq in conn.execute(_CANDIDATES, args):
+    want = count + len(skip)
+    args = (stream, want, stream, now_ms, want) * len(PRIORITIES)
+    merged = False
+    for priority, ready_ms, seq in conn.execute(_CANDIDATES, args):
         if seq not in skip:
-            per_class[priority].append(Candidate(priority, created_ms, seq))
+            found = per_class[priority]
+            merged = merged or bool(found and found[-1].ready_ms > ready_ms)
+            found.append(Candidate(priority, ready_ms, seq))
+    if merged:  # a due delayed job among jobs published ready: one order by ready time
+        per_class = [sorted(found, key=_ready_order)[:want] for found in per_class]
     return per_class
+
+
+def _ready_order(candidate: Candidate) -> tuple[int, int]:
+    return candidate.ready_ms, candidate.seq
+
+
+def next_due(conn: sqlite3.Connection, now_ms: int, stream: str) -> int | None:
+    """When the next delayed job of ``stream`` becomes ready (``None``: none waits)."""
+    row = conn.execute(_NEXT_DUE, (stream, now_ms) * len(PRIORITIES)).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def _winners(per_class: list[list[Candidate]], now_ms: int, count: int) -> list[Candidate]:
@@ -99,9 +133,9 @@ def _winners(per_class: list[list[Candidate]], now_ms: int, count: int) -> list[
     return chosen
 
 
-def _traced(raw: str | None, job: Candidate) -> str:
+def _traced(raw: str | None, message: str) -> str:
     """The job's stored traceparent (checked again: the file may be written by hand)."""
-    return entry_traceparent(raw, message_id(job.created_ms, job.seq)) if raw else ""
+    return entry_traceparent(raw, message) if raw else ""
 
 
 def claim(
@@ -111,7 +145,7 @@ def claim(
     fenced with its own token (a fresh random part per claim, plus the job's
     row): a lease without a claim (the raw loops of ``bench/broker.py`` and tests
     that need a job leased; a consumer's read peeks instead)."""
-    winners = _winners(_candidates(conn, stream, count), now_ms, count)
+    winners = _winners(_candidates(conn, stream, count, now_ms), now_ms, count)
     if not winners:
         return []
     marks = ",".join("?" * len(winners))
@@ -119,18 +153,19 @@ def claim(
         "UPDATE jobs SET state = 'leased', token = ? || '.' || seq, consumer = ?,"  # noqa: S608 - placeholders
         " leased_ms = ?, deliveries = deliveries + 1"
         f" WHERE seq IN ({marks}) AND state = 'ready'"
-        " RETURNING seq, payload, deliveries, token, traceparent",
+        " RETURNING seq, created_ms, payload, deliveries, token, traceparent",
         (new_token(), consumer, now_ms, *(w.seq for w in winners)),
     ).fetchall()
     by_seq = {row[0]: row[1:] for row in rows}
     leased: list[tuple[StreamMessage, str]] = []
     for w in winners:  # in the order chosen
-        payload, deliveries, token, traced = by_seq[w.seq]
+        created_ms, payload, deliveries, token, traced = by_seq[w.seq]
+        mid = message_id(created_ms, w.seq)
         # Delivered before (put back by a restart's release or a give-back after a
         # takeover): a redelivery, exactly as a reclaimed one is (issue 35 item 3).
         message = StreamMessage(
-            id=message_id(w.created_ms, w.seq), payload=payload, deliveries=deliveries,
-            reclaimed=deliveries > 1, delivery=token, traceparent=_traced(traced, w),
+            id=mid, payload=payload, deliveries=deliveries,
+            reclaimed=deliveries > 1, delivery=token, traceparent=_traced(traced, mid),
         )
         leased.append((message, token))
     return leased
@@ -153,7 +188,7 @@ def peek(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     a head no longer than ``count`` leaves its older half).
     A job delivered before (``deliveries`` > 0) is a redelivery."""
     want = count * (lane + 1)
-    winners = _winners(_candidates(conn, stream, want, skip), now_ms, want)
+    winners = _winners(_candidates(conn, stream, want, now_ms, skip), now_ms, want)
     start = min(lane * count, max(0, len(winners) - count))
     if lane and len(winners) <= count:
         # A head too short to leave anything to the others: take its newer half
@@ -166,18 +201,19 @@ def peek(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     found = {
         row[0]: row[1:]
         for row in conn.execute(
-            f"SELECT seq, payload, deliveries, traceparent FROM jobs WHERE seq IN ({marks})",  # noqa: S608 - placeholders
+            f"SELECT seq, created_ms, payload, deliveries, traceparent FROM jobs WHERE seq IN ({marks})",  # noqa: S608, E501 - placeholders
             tuple(c.seq for c in chosen),
         )
     }
     prefix = new_token()
     messages: list[StreamMessage] = []
     for c in chosen:
-        payload, seen, traced = found[c.seq]
+        created_ms, payload, seen, traced = found[c.seq]
+        mid = message_id(created_ms, c.seq)
         messages.append(StreamMessage(
-            id=message_id(c.created_ms, c.seq), payload=payload, deliveries=seen + 1,
+            id=mid, payload=payload, deliveries=seen + 1,
             reclaimed=seen > 0, delivery=f"{prefix}.{c.seq}.{seen}",
-            traceparent=_traced(traced, c),
+            traceparent=_traced(traced, mid),
         ))
     return messages
 
@@ -204,9 +240,8 @@ def reclaim(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     taken: list[tuple[StreamMessage, str]] = []
     for seq, created_ms, payload, deliveries, token, traced in sorted(rows):
         mid = message_id(created_ms, seq)
-        traceparent = entry_traceparent(traced, mid) if traced else ""
         message = StreamMessage(id=mid, payload=payload, deliveries=deliveries, reclaimed=True,
-                                delivery=token, traceparent=traceparent)
+                                delivery=token, traceparent=_traced(traced, mid))
         taken.append((message, token))
     return taken
 

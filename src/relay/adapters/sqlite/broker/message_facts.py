@@ -60,14 +60,16 @@ class SqliteMessageFacts:
         seq = jobs.seq_of(message_id)
         facts = MessageFacts(message_id, self._stream, self._group, now_ms)
         row = c.execute(
-            "SELECT created_ms, payload, state, consumer, leased_ms, deliveries, expires_ms"
-            " FROM jobs WHERE seq = ?",
+            "SELECT created_ms, payload, state, consumer, leased_ms, deliveries, expires_ms,"
+            " ready_ms FROM jobs WHERE seq = ?",
             (seq,),
         ).fetchone()
         if row is None or jobs.message_id(row[0], seq or 0) != message_id:
             return facts
-        _, payload, state, consumer, leased_ms, deliveries, expires_ms = row
+        _, payload, state, consumer, leased_ms, deliveries, expires_ms, ready_ms = row
         facts.body_bytes = len(payload or b"")
+        if state == "ready" and ready_ms is not None and ready_ms > now_ms:
+            facts.delayed_until_ms = ready_ms
         facts.ledger = dict(
             c.execute("SELECT field, value FROM ledger WHERE seq = ?", (seq,)).fetchall()
         )

@@ -56,11 +56,7 @@ def publish_if_new(  # noqa: PLR0917 - every step has the (conn, now_ms) head
     """The step: unless ``occurrence_id`` has a live row on ``stream`` (or one of the
     previous layout), record it and enqueue the job (``normal`` priority); the
     job's message id, or ``None``."""
-    conn.execute(
-        "DELETE FROM occurrences WHERE id IN (SELECT id FROM occurrences"
-        " WHERE expires_ms <= ? LIMIT ?)",
-        (now_ms, EXPIRED_BATCH),
-    )
+    delete_expired(conn, now_ms)
     key = dedup_key(stream, occurrence_id)
     live = conn.execute(
         "SELECT 1 FROM occurrences WHERE id IN (?, ?) AND expires_ms > ?",
@@ -74,6 +70,17 @@ def publish_if_new(  # noqa: PLR0917 - every step has the (conn, now_ms) head
         (key, message_id, now_ms + ttl_s * 1000),
     )
     return message_id
+
+
+def delete_expired(conn: sqlite3.Connection, now_ms: int) -> None:
+    """Rows past their expiry, ``EXPIRED_BATCH`` at most (schedule occurrences and
+    publish idempotency keys alike): each publish that writes a row deletes as
+    many, so the table stays bounded by what is live."""
+    conn.execute(
+        "DELETE FROM occurrences WHERE id IN (SELECT id FROM occurrences"
+        " WHERE expires_ms <= ? LIMIT ?)",
+        (now_ms, EXPIRED_BATCH),
+    )
 
 
 class SqliteOccurrencePublisher:
@@ -98,8 +105,8 @@ _UNFINISHED: Final = (
     "SELECT u.seq, u.payload, l.value FROM ("
     " SELECT seq, payload FROM jobs INDEXED BY jobs_leased"
     "  WHERE stream = ? AND state = 'leased' AND seq < ?"
-    " UNION ALL SELECT seq, payload FROM jobs INDEXED BY jobs_ready"
-    "  WHERE stream = ? AND state = 'ready' AND deliveries > 0 AND seq < ?"
+    " UNION ALL SELECT seq, payload FROM jobs INDEXED BY jobs_ready"  # occurrences: never delayed
+    "  WHERE stream = ? AND state = 'ready' AND ready_ms IS NULL AND deliveries > 0 AND seq < ?"
     ") AS u LEFT JOIN ledger AS l ON l.seq = u.seq AND l.field = ?"
     " ORDER BY u.seq LIMIT ?"
 )

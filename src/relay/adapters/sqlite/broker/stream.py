@@ -62,6 +62,7 @@ class SqliteEventStream:
         store = self._store
         offers = store.offers
         handed: list[StreamMessage] = []
+        due: list[int | None] = [None]  # the next delayed job's time, when none is ready
 
         def peek(c: sqlite3.Connection, now: int) -> list[StreamMessage]:
             def choose(offered: set[int], lane: int) -> list[int]:
@@ -69,6 +70,8 @@ class SqliteEventStream:
                 return _seqs(handed)
 
             offers.take(now, choose)
+            if not handed:
+                due[0] = jobs.next_due(c, now, stream)
             return list(handed)
 
         while True:
@@ -83,7 +86,7 @@ class SqliteEventStream:
                 raise
             if peeked or anyio.current_time() >= deadline:
                 return peeked
-            with anyio.move_on_after(min(POLL_S, max(0.0, deadline - anyio.current_time()))):
+            with anyio.move_on_after(_wait_s(deadline, due[0], store.now_ms())):
                 await waker.wait()
 
     async def reclaim(self, min_idle_ms: int, count: int) -> Reclaimed:
@@ -101,6 +104,17 @@ class SqliteEventStream:
         """Nothing to drop: a job's body lives in its row and is never deleted
         before the job is acknowledged."""
 
+
+
+def _wait_s(deadline: float, due_ms: int | None, now_ms: int) -> float:
+    """How long a read with nothing ready waits for a wake-up: until its deadline,
+    a poll for other processes' publishes, or the next delayed job's due time,
+    whichever comes first (a delayed job wakes the read itself: nothing commits
+    when it becomes due)."""
+    wait = min(POLL_S, max(0.0, deadline - anyio.current_time()))
+    if due_ms is not None:
+        wait = min(wait, max(0.0, (due_ms - now_ms) / 1000))
+    return wait
 
 
 def _seqs(messages: list[StreamMessage]) -> list[int]:
