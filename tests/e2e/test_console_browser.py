@@ -24,6 +24,7 @@ from selenium.webdriver.chrome.service import Service
 
 from tests.e2e.embedded_support import EmbeddedWorkers, admin_env, no_redis_env
 from tests.e2e.failure_support import free_port
+from tests.e2e.flaky_function import FAILING_FOR_S, FUNCTION, write_flaky_function
 from tests.e2e.harness import RelayWorker, run_relay, wait_until
 from tests.e2e.test_embedded_dlq_replay_e2e import dead_letter_of, dead_letters, publish
 
@@ -32,25 +33,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 TOKEN = "console-e2e-token-7f3a"
 SECRET = "console-token"
-FUNCTION = "flaky"
-TEMPLATE = """\
-runtime: python3.14
-events:
-  - handler: jobs.flaky.handler
-    pattern:
-      kind: [flaky]
-    retries: 0
-"""
-FLAKY = """\
-import time
-
-
-def handler(event):
-    if time.time() < event["fail_until"]:
-        raise RuntimeError("failing until fail_until")
-    print("flaky ok", event["n"], flush=True)
-"""
-FAILING_FOR_S = 20.0
 PAGE_WAIT_S = 30.0
 
 
@@ -98,10 +80,7 @@ def test_the_console_in_a_browser(
     embedded_worker: EmbeddedWorkers, functions_dir: Path, broker_file: Path,
     tmp_path: Path, browser: Any,
 ) -> None:
-    fn = functions_dir / FUNCTION
-    (fn / "jobs").mkdir(parents=True)
-    (fn / "template.yaml").write_text(TEMPLATE)
-    (fn / "jobs" / "flaky.py").write_text(FLAKY)
+    write_flaky_function(functions_dir)
     port = free_port()
     worker = start_worker(embedded_worker, tmp_path, port)
     worker.wait_for(rf"msg=function_prepared function={FUNCTION} ", timeout=180)

@@ -12,38 +12,11 @@ import pytest
 
 from relay.adapters.sqlite.broker import jobs
 from tests.e2e.embedded_support import EmbeddedWorkers, admin_env, broker_rows
+from tests.e2e.flaky_function import FAILING_FOR_S, FUNCTION, write_flaky_function
 from tests.e2e.harness import RelayWorker, run_relay, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
-FUNCTION = "flaky"
-TEMPLATE = """\
-runtime: python3.14
-events:
-  - handler: jobs.flaky.handler
-    pattern:
-      kind: [flaky]
-    retries: 0
-"""
-FLAKY = """\
-import time
-
-
-def handler(event):
-    if time.time() < event["fail_until"]:
-        raise RuntimeError("failing until fail_until")
-    print("flaky ok", event["n"], flush=True)
-"""
-# Long enough for the first delivery to fail on a loaded machine; the replay waits
-# until it has passed.
-FAILING_FOR_S = 20.0
-
-
-def write_function(functions: Path) -> None:
-    fn = functions / FUNCTION
-    (fn / "jobs").mkdir(parents=True)
-    (fn / "template.yaml").write_text(TEMPLATE)
-    (fn / "jobs" / "flaky.py").write_text(FLAKY)
 
 
 def dead_letters(path: Path) -> dict[str, tuple[str, str]]:
@@ -75,7 +48,7 @@ def test_an_exhausted_event_replays_on_the_worker_and_a_failing_replay_keeps_its
     its handler succeeds: it runs on the worker and the entry is removed. Replayed
     while the handler still fails: exit 1, one line, the entry kept. A replay is
     outside delivery: no job is added to the queue."""
-    write_function(functions_dir)
+    write_flaky_function(functions_dir)
     worker = embedded_worker()
     worker.wait_for(rf"msg=function_prepared function={FUNCTION} ", timeout=180)
     until = time.time() + FAILING_FOR_S

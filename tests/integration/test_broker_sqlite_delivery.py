@@ -30,16 +30,6 @@ JOB = b'{"kind": "job", "n": 1}'
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "broker.sqlite3"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def world(path: Path, clock: FakeClock) -> Iterator[BrokerWorld]:
     w = BrokerWorld(path, clock=clock, max_event_bytes=64, template={
         "events": [{"handler": "h.run", "pattern": {"kind": ["job"]}, "retries": 1}],

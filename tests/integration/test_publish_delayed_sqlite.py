@@ -9,7 +9,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -31,23 +30,6 @@ from tests.integration.broker_rows import read_held, rows
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "broker.sqlite3"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(path: Path, clock: FakeClock) -> Iterator[BrokerStore]:
-    s = BrokerStore(path, clock)
-    yield s
-    s.close()
 
 
 def event(n: int) -> bytes:

@@ -28,7 +28,12 @@ from anyio.abc import TaskStatus
 
 from relay.adapters.git.files import GitPaths
 from relay.adapters.git.store import GitStore
-from relay.adapters.git.webhook_guard import HEADER_ALLOWANCE, ConnectionGuard, GuardedSite
+from relay.adapters.git.webhook_guard import (
+    HEADER_ALLOWANCE,
+    ConnectionGuard,
+    close_runner,
+    listen_guarded,
+)
 from relay.application.bus import Send
 from relay.application.git_sync import SyncScheduler
 from relay.application.ports import SecretStore
@@ -98,24 +103,9 @@ class WebhookServer:
 
     async def bind(self) -> None:
         """Listen, or raise :class:`RelayError` in one line (a taken port is fatal)."""
-        # handler_cancellation: a request whose connection the guard cut ends there,
-        # instead of logging the lost connection as a server error
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
-                               handler_cancellation=True)
-        await runner.setup()
-        site = GuardedSite(runner, self.host or None, self.port, self.guard)
-        try:
-            await site.start()
-        except OSError as exc:
-            with anyio.CancelScope(shield=True):
-                await runner.cleanup()
-            raise RelayError(
-                f"GIT_WEBHOOK_ADDR {self.host}:{self.port}: cannot listen "
-                f"({exc.strerror or exc}); is another process using the port?"
-            ) from exc
-        self._runner = runner
-        addresses = runner.addresses  # (host, port, ...) of every bound socket
-        self.bound_port = int(addresses[0][1]) if addresses else self.port
+        self._runner, self.bound_port = await listen_guarded(
+            self.app(), self.host, self.port, self.guard, "GIT_WEBHOOK_ADDR"
+        )
         _log.info("git_webhook_listening", addr=self.addr, path=PATH,
                   detail=f"Webhook http server listening on {self.addr}")
         if self.source.webhook_secret is None:
@@ -127,9 +117,7 @@ class WebhookServer:
 
     async def aclose(self) -> None:
         runner, self._runner = self._runner, None
-        if runner is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await runner.cleanup()
+        await close_runner(runner)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; binds first unless :meth:`bind` already did (the

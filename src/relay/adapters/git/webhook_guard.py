@@ -28,8 +28,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import cast
 
+import anyio
 import structlog
 from aiohttp import web
+
+from relay.domain.errors import RelayError
 
 _log = structlog.get_logger("relay.git")
 
@@ -225,3 +228,35 @@ class GuardedSite(web.TCPSite):
         self._server = await asyncio.get_running_loop().create_server(
             self._guard.wrap(server), self._host, self._port, backlog=self._backlog,
         )
+
+
+async def listen_guarded(
+    app: web.Application, host: str | None, port: int, guard: ConnectionGuard, variable: str
+) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port`` behind ``guard``: the runner and the port bound
+    (the one asked for, or the one the system chose for 0), or :class:`RelayError`
+    in one line naming ``variable`` when it cannot listen (a taken port is fatal
+    at start-up). ``handler_cancellation``: a request whose connection the guard
+    cut ends there, instead of logging the lost connection as a server error."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           handler_cancellation=True)
+    await runner.setup()
+    site = GuardedSite(runner, host or None, port, guard)
+    try:
+        await site.start()
+    except OSError as exc:
+        with anyio.CancelScope(shield=True):
+            await runner.cleanup()
+        raise RelayError(
+            f"{variable} {host}:{port}: cannot listen "
+            f"({exc.strerror or exc}); is another process using the port?"
+        ) from exc
+    addresses = runner.addresses  # (host, port, ...) of every bound socket
+    return runner, int(addresses[0][1]) if addresses else port
+
+
+async def close_runner(runner: web.AppRunner | None) -> None:
+    """Stop serving: shielded and bounded (a graceful stop must not hang on it)."""
+    if runner is not None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await runner.cleanup()

@@ -25,10 +25,15 @@ import structlog
 from aiohttp import web
 from anyio.abc import TaskStatus
 
-from relay.adapters.git.webhook_guard import HEADER_ALLOWANCE, ConnectionGuard, GuardedSite
+from relay.adapters.git.webhook_guard import (
+    HEADER_ALLOWANCE,
+    ConnectionGuard,
+    close_runner,
+    listen_guarded,
+)
 from relay.adapters.ingest.tokens import IngestTokens
 from relay.application.ports import EventPublisher
-from relay.domain.errors import EventError, RelayError
+from relay.domain.errors import EventError
 from relay.domain.events import IngestAnswered
 from relay.domain.ingest import (
     DEFAULT_MAX_BODY_BYTES,
@@ -96,22 +101,9 @@ class IngestServer:
     async def bind(self) -> None:
         """Load the token and listen, or raise :class:`RelayError` in one line."""
         await self.tokens.load()
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
-                               handler_cancellation=True)
-        await runner.setup()
-        site = GuardedSite(runner, self.host or None, self.port, self.guard)
-        try:
-            await site.start()
-        except OSError as exc:
-            with anyio.CancelScope(shield=True):
-                await runner.cleanup()
-            raise RelayError(
-                f"INGEST_ADDR {self.host}:{self.port}: cannot listen "
-                f"({exc.strerror or exc}); is another process using the port?"
-            ) from exc
-        self._runner = runner
-        addresses = runner.addresses
-        self.bound_port = int(addresses[0][1]) if addresses else self.port
+        self._runner, self.bound_port = await listen_guarded(
+            self.app(), self.host, self.port, self.guard, "INGEST_ADDR"
+        )
         _log.info("ingest_listening", addr=self.addr, path=PATH,
                   authenticated=self.tokens.required,
                   detail=f"HTTP ingest listening on {self.addr}")
@@ -121,9 +113,7 @@ class IngestServer:
 
     async def aclose(self) -> None:
         runner, self._runner = self._runner, None
-        if runner is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await runner.cleanup()
+        await close_runner(runner)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; binds first unless :meth:`bind` already did."""

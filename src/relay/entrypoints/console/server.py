@@ -19,7 +19,12 @@ import structlog
 from aiohttp import web
 from anyio.abc import TaskStatus
 
-from relay.adapters.git.webhook_guard import HEADER_ALLOWANCE, ConnectionGuard, GuardedSite
+from relay.adapters.git.webhook_guard import (
+    HEADER_ALLOWANCE,
+    ConnectionGuard,
+    close_runner,
+    listen_guarded,
+)
 from relay.adapters.sqlite.run_history import open_history_db
 from relay.domain.errors import RelayError
 from relay.entrypoints.console.pages import Console
@@ -73,20 +78,9 @@ class ConsoleServer:
                 await access.token()
             except (RelayError, OSError) as exc:
                 raise RelayError(f"CONSOLE_TOKEN_SECRET: {exc}") from exc
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
-                               handler_cancellation=True)
-        await runner.setup()
-        site = GuardedSite(runner, self.host, self.port, self.guard)
-        try:
-            await site.start()
-        except OSError as exc:
-            with anyio.CancelScope(shield=True):
-                await runner.cleanup()
-            raise RelayError(
-                f"CONSOLE_ADDR {self.host}:{self.port}: cannot listen ({exc.strerror or exc})"
-            ) from exc
-        self._runner = runner
-        self.bound_port = int(runner.addresses[0][1]) if runner.addresses else self.port
+        self._runner, self.bound_port = await listen_guarded(
+            self.app(), self.host, self.port, self.guard, "CONSOLE_ADDR"
+        )
         _log.info("console_listening", addr=f"{self.host}:{self.bound_port}",
                   token=access.token_secret is not None)
 
@@ -98,9 +92,7 @@ class ConsoleServer:
                 await anyio.sleep_forever()
             finally:
                 runner, self._runner = self._runner, None
-                if runner is not None:
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                        await runner.cleanup()
+                await close_runner(runner)
                 self.console.db.close()
 
 
