@@ -18,11 +18,13 @@ from yarl import URL
 
 from relay.adapters.brokers import open_broker
 from relay.adapters.sqlite.broker.ledger import insert_dead_letter
+from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.run_history import RunHistory, open_history_db
 from relay.adapters.system import SystemClock
 from relay.application.registry import FunctionRegistry
 from relay.domain.errors import RelayError
 from relay.domain.outcome import DeadLetterEntry
+from relay.domain.publication import DEFAULT_DEDUP_WINDOW_NS
 from relay.entrypoints.console.pages import Console
 from relay.entrypoints.console.reads import ConsoleReads
 from relay.entrypoints.console.replays import ReplayQueue
@@ -43,6 +45,7 @@ async def _console(tmp_path: Path, stack: AsyncExitStack, token_secret: str | No
         broker=SimpleNamespace(embedded=True, path=tmp_path / "broker.sqlite3"),
         redis=SimpleNamespace(stream="events", group="relay", url=""),
         hostname="console-test", ledger_retention_ns=3600 * 10**9, dlq_retention_ns=None,
+        publish_dedup_window_ns=DEFAULT_DEDUP_WINDOW_NS,
     )
     broker = await open_broker(stack, settings, SystemClock())
     db = open_history_db(tmp_path / "db.sqlite3")
@@ -59,7 +62,9 @@ async def _console(tmp_path: Path, stack: AsyncExitStack, token_secret: str | No
 
 
 BROKERS: dict[str, Any] = {}
-"""The embedded broker each served console reads, by its URL (to write entries)."""
+"""The embedded broker each served console reads, by its URL."""
+FILES: dict[str, Path] = {}
+"""Its broker file, by the console's URL (the test writes entries with a store of its own)."""
 
 
 async def _serve(tmp_path: Path, token_secret: str | None = None, **kw: Any
@@ -72,7 +77,8 @@ async def _serve(tmp_path: Path, token_secret: str | None = None, **kw: Any
         async with anyio.create_task_group() as tg:
             await tg.start(server.run)
             url = f"http://127.0.0.1:{server.bound_port}"
-            BROKERS[url] = console.reads._broker  # the test writes entries
+            BROKERS[url] = console.reads._broker
+            FILES[url] = tmp_path / "broker.sqlite3"
             yield url, server
             tg.cancel_scope.cancel()
 
@@ -215,12 +221,15 @@ async def test_a_dead_letter_is_listed_inspected_escaped_and_removed_after_a_con
     open_console: tuple[str, ConsoleServer],
 ) -> None:
     url, _server = open_console
-    store = BROKERS[url].client
+    store = BrokerStore(FILES[url], SystemClock())  # a second connection, as a CLI's
     hostile = '{"kind": "</pre><script>alert(1)</script>", "n": 1}'
     entry = DeadLetterEntry(original_stream="events", original_id="1700000000000-1",
                             group="relay", consumer="w", event=hostile, reason="boom <b>",
                             function="fn", handler="h", handler_attempts=3)
-    entry_id = await store.write(lambda c, now_ms: insert_dead_letter(c, now_ms, entry))
+    try:
+        entry_id = await store.write(lambda c, now_ms: insert_dead_letter(c, now_ms, entry))
+    finally:
+        store.close()
     async with _client() as http:
         async with http.get(url + "/dlq?function=fn") as r:
             page = await r.text()

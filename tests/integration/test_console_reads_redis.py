@@ -7,13 +7,15 @@ from contextlib import AsyncExitStack
 from types import SimpleNamespace
 
 import pytest
+import redis.asyncio
 
 from relay.adapters.brokers import open_broker
 from relay.adapters.redis.keys import dlq_key
 from relay.adapters.system import SystemClock
 from relay.domain.dlq_selection import Selection
 from relay.domain.outcome import DeadLetterEntry
-from relay.entrypoints.cli.trace import render_trace
+from relay.domain.publication import DEFAULT_DEDUP_WINDOW_NS
+from relay.entrypoints.cli.trace_render import render_trace
 from relay.entrypoints.console.reads import ConsoleReads
 
 pytestmark = [pytest.mark.redis, pytest.mark.anyio]
@@ -28,11 +30,13 @@ async def test_trace_dead_letters_and_backlog_through_the_workers_client(
         redis=SimpleNamespace(url=redis_url, stream=stream, group=group),
         hostname=f"console-{unique}", ledger_retention_ns=3600 * 10**9,
         stream_retention_ns=None, dlq_retention_ns=None,
+        publish_dedup_window_ns=DEFAULT_DEDUP_WINDOW_NS,
     )
     async with AsyncExitStack() as stack:
         broker = await open_broker(stack, settings, SystemClock())
         reads = ConsoleReads(broker, stream=stream, group=group)
-        client = broker.client
+        client = redis.asyncio.Redis.from_url(redis_url)  # the test's own writes
+        stack.push_async_callback(client.aclose)
         try:
             message_id = (await client.xadd(stream, {"event": '{"kind": "x"}'})).decode()
             entry = DeadLetterEntry(original_stream=stream, original_id=message_id,
@@ -47,7 +51,7 @@ async def test_trace_dead_letters_and_backlog_through_the_workers_client(
             found = await reads.dead_letters(Selection(function="fn"))
             assert (found.total, [s.entry.original_id for s in found.entries]) == (
                 1, [message_id])
-            assert await reads.backlog() == (0, 0.0)
+            assert tuple(await reads.backlog()) == (0, 0.0, 0)  # pending, oldest age, delayed
             assert reads.broker_name == "redis"
         finally:
             await client.delete(stream, dlq_key(stream))
