@@ -122,6 +122,8 @@ class Composition:
     registry: FunctionRegistry
     reconciler: Reconciler
     health: WorkerHealth
+    dispatcher: MessageDispatcher  # what DispatchBatch/DispatchMessage run (tests read it)
+    breakers: BreakerBoard
 
 
 def compose(
@@ -207,7 +209,8 @@ def compose(
     control = ControlHandlers(pools=runtime, stats=stats, health=health)
     for kind, handler in control.table().items():
         bus.register(kind, handler)
-    return Composition(bus=bus, registry=registry, reconciler=reconciler, health=health)
+    return Composition(bus=bus, registry=registry, reconciler=reconciler, health=health,
+                       dispatcher=dispatcher, breakers=breakers)
 
 
 def _operator_handlers(

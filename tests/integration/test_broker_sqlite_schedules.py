@@ -14,11 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from relay.adapters.sqlite.broker import jobs
-from relay.adapters.sqlite.broker.schedules import (
-    EXPIRED_BATCH,
-    SqliteOccurrencePublisher,
-    latest_published,
-)
+from relay.adapters.sqlite.broker.expiring import EXPIRED_BATCH
+from relay.adapters.sqlite.broker.schedules import SqliteOccurrencePublisher, latest_published
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.adapters.sqlite.db import db_path, open_db
 from relay.adapters.system import SystemClock

@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from relay.application.breakers import BreakerBoard, subscribe_breaker_log
 from relay.application.bus import MessageBus
 from relay.application.concurrency import Slots
-from relay.application.delivery_log import subscribe_delivery_log
-from relay.application.dispatch import MessageDispatcher, MessageReport
+from relay.application.dispatch import MessageReport
 from relay.application.ports import SecretStore
 from relay.application.registry import ActiveFunction, FunctionRegistry
+from relay.bootstrap import compose
 from relay.domain import events as ev
 from relay.domain.commands import DispatchBatch, DispatchMessage
 from relay.domain.messages import DomainEvent
@@ -22,12 +21,15 @@ from tests.fakes import (
     InMemoryContainerRuntime,
     InMemoryDeadLetterQueue,
     InMemoryEventStream,
+    InMemoryFunctionSource,
+    InMemoryImageBuilder,
     InMemoryLedger,
     InMemoryOccurrenceHistory,
     InMemoryOccurrencePublisher,
     InMemorySecretStore,
     SequentialTokens,
 )
+from tests.fakes_compose import CountingStats, NoDeadLetters
 
 E = TypeVar("E", bound=DomainEvent)
 
@@ -58,49 +60,53 @@ DELIVERY_EVENTS: tuple[type[DomainEvent], ...] = (
 
 
 class World:
+    """The worker as ``bootstrap.compose()`` wires it, on in-memory fakes of every
+    port; ``registry``: one of the test's (by default every function of the world
+    is declared, as after a first full scan)."""
+
     def __init__(
         self,
         *,
         max_event_bytes: int = 1024,
         slot_wait_s: float = 0.05,
         secrets: SecretStore | None = None,
+        registry: FunctionRegistry | None = None,
     ) -> None:
         self.clock = FakeClock()
         self.stream = InMemoryEventStream(self.clock)
         self.dlq = InMemoryDeadLetterQueue()
         self.ledger = InMemoryLedger(self.stream, self.dlq, self.clock)
-        self.registry = FunctionRegistry()
-        self.registry.mark_complete()  # every function of the world is declared
+        if registry is None:
+            registry = FunctionRegistry()
+            registry.mark_complete()  # every function of the world is declared
+        self.registry = registry
         self.runtime = InMemoryContainerRuntime(self.clock)
         self.slots = Slots(8, wait_s=slot_wait_s)
         self.secrets = InMemorySecretStore()
         self.publisher = InMemoryOccurrencePublisher(self.stream, self.clock)
         self.history = InMemoryOccurrenceHistory(self.stream, self.ledger, self.publisher)
         self.bus = MessageBus({})
-        self.breakers = BreakerBoard(
-            clock=self.clock, registry=self.registry, emit=self.bus.emit
-        )
-        self.dispatcher = MessageDispatcher(
-            stream=self.stream,
-            ledger=self.ledger,
+        composition = compose(
+            bus=self.bus,
             registry=self.registry,
+            source=InMemoryFunctionSource(),
+            builder=InMemoryImageBuilder(),
             runtime=self.runtime,
             slots=self.slots,
             secrets=secrets if secrets is not None else self.secrets,
             clock=self.clock,
             tokens=SequentialTokens(),
+            stream=self.stream,
+            ledger=self.ledger,
+            dead_letters=NoDeadLetters(),
+            stats=CountingStats(),
             max_event_bytes=max_event_bytes,
+            publisher=self.publisher,
             slot_wait_s=slot_wait_s,
-            notify=self.bus.emit,
             history=self.history,
-            breakers=self.breakers,
         )
-        self.bus.register(DispatchMessage, self.dispatcher)
-        self.bus.register(DispatchBatch, self.dispatcher.handle_batch)
-        for command, handler in self.breakers.table().items():
-            self.bus.register(command, handler)
-        subscribe_delivery_log(self.bus)
-        subscribe_breaker_log(self.bus)
+        self.dispatcher = composition.dispatcher
+        self.breakers = composition.breakers
         self.events: list[DomainEvent] = []
         for kind in DELIVERY_EVENTS:
             self.bus.subscribe(kind, self.events.append)

@@ -6,16 +6,12 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from relay.application.bus import MessageBus
-from relay.application.dispatch import MessageDispatcher
 from relay.application.registry import FunctionRegistry
 from relay.domain import events as ev
-from relay.domain.commands import DispatchMessage
 from relay.domain.execution import InvocationRequest, InvocationResult
 from relay.domain.invocation import Running as RunningMarker
 from relay.domain.invocation import format_marker, parse_marker
-from tests.fakes import SequentialTokens
-from tests.unit.delivery_world import DELIVERY_EVENTS, World, rule
+from tests.unit.delivery_world import World, rule
 
 pytestmark = pytest.mark.anyio
 
@@ -351,9 +347,7 @@ async def test_an_event_held_before_any_catalog_loaded_is_not_counted_unmatched(
     """Issue 35.2: a worker with nothing to serve yet (git source not synced, the
     directory gone) holds the event pending without classifying it; once the
     functions load, it is classified (matched) and counted exactly once."""
-    world = World()
-    world.registry = FunctionRegistry()  # nothing scanned yet: incomplete
-    world.dispatcher = _dispatcher_on(world)
+    world = World(registry=FunctionRegistry())  # nothing scanned yet: incomplete
     report = await world.deliver(INSERT)
     assert not report.acknowledged
     assert counters(world) == (0, 0, 0)
@@ -373,24 +367,3 @@ async def test_an_event_that_might_match_an_unreadable_template_waits_unclassifi
     report = await world.deliver(b'{"table": "orders"}')
     assert not report.acknowledged
     assert counters(world) == (0, 0, 0)
-
-
-def _dispatcher_on(world: World) -> MessageDispatcher:
-    """The world's dispatcher rebuilt over its (replaced) registry."""
-    dispatcher = MessageDispatcher(
-        stream=world.stream,
-        ledger=world.ledger,
-        registry=world.registry,
-        runtime=world.runtime,
-        slots=world.slots,
-        secrets=world.secrets,
-        clock=world.clock,
-        tokens=SequentialTokens(),
-        max_event_bytes=1024,
-        notify=world.bus.emit,
-    )
-    world.bus = MessageBus({})
-    world.bus.register(DispatchMessage, dispatcher)
-    for kind in DELIVERY_EVENTS:
-        world.bus.subscribe(kind, world.events.append)
-    return dispatcher

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from relay.adapters.sqlite.broker import jobs
-from relay.adapters.sqlite.broker.schedules import delete_expired
+from relay.adapters.sqlite.broker.expiring import delete_expired
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.domain.durations import MILLISECOND
 from relay.domain.priority import priority_class

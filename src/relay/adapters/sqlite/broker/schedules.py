@@ -23,6 +23,7 @@ from collections.abc import Collection
 from typing import Final
 
 from relay.adapters.sqlite.broker import jobs
+from relay.adapters.sqlite.broker.expiring import delete_expired
 from relay.adapters.sqlite.broker.store import BrokerStore
 from relay.domain.ledger_rules import CLASS_FIELD, parse_class_stamp
 from relay.domain.priority import priority_class
@@ -35,7 +36,6 @@ from relay.domain.schedule import (
     occurrence_id_in,
 )
 
-EXPIRED_BATCH: Final = 100  # expired occurrence rows deleted per publish at most
 # The overlap check reads at most this many unfinished earlier jobs of the stream,
 # oldest first; beyond that it cannot tell and the occurrence runs (at-least-once
 # first), as on Redis.
@@ -70,17 +70,6 @@ def publish_if_new(  # noqa: PLR0917 - every step has the (conn, now_ms) head
         (key, message_id, now_ms + ttl_s * 1000),
     )
     return message_id
-
-
-def delete_expired(conn: sqlite3.Connection, now_ms: int) -> None:
-    """Rows past their expiry, ``EXPIRED_BATCH`` at most (schedule occurrences and
-    publish idempotency keys alike): each publish that writes a row deletes as
-    many, so the table stays bounded by what is live."""
-    conn.execute(
-        "DELETE FROM occurrences WHERE id IN (SELECT id FROM occurrences"
-        " WHERE expires_ms <= ? LIMIT ?)",
-        (now_ms, EXPIRED_BATCH),
-    )
 
 
 class SqliteOccurrencePublisher:
