@@ -17,6 +17,7 @@ import redis.asyncio
 from relay.domain import events as ev
 from relay.domain import schedule
 from relay.domain.commands import DispatchMessage
+from relay.domain.message_outcomes import Ended
 from tests.integration.broker_world import BrokerWorld
 from tests.integration.delivery_support import RedisWorld, bytes_client
 
@@ -51,7 +52,7 @@ async def test_redis_a_copy_does_not_run_and_the_published_one_does(
     original, copied = await world.stream.read(2, 10)
     assert (original.id, copied.id) == (published, copy)
     report = await world.dispatch(copied)
-    assert (report.acknowledged, report.outcome) == (True, schedule.FORGED)
+    assert (report.acknowledged, report.outcome) == (True, Ended.FORGED)
     assert world.runtime.requests == []
     assert await world.dlq() == []
     assert [e.message_id for e in world.events if isinstance(e, ev.OccurrenceForged)] == [copy]
@@ -91,7 +92,7 @@ async def test_sqlite_a_copy_does_not_run_and_the_published_one_does(tmp_path: P
         copied, original = await world.stream.read(2, 10)
         assert (copied.id, original.id) == (copy, published)
         report = await world.bus.send(DispatchMessage(message=copied))
-        assert (report.acknowledged, report.outcome) == (True, schedule.FORGED)
+        assert (report.acknowledged, report.outcome) == (True, Ended.FORGED)
         assert world.runtime.requests == []
         report = await world.bus.send(DispatchMessage(message=original))
         assert (report.acknowledged, report.outcome) == (True, "completed")

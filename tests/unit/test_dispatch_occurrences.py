@@ -13,6 +13,7 @@ from relay.domain import events as ev
 from relay.domain import schedule
 from relay.domain.durations import SECOND
 from relay.domain.execution import InvocationResult
+from relay.domain.message_outcomes import Ended
 from relay.domain.outcome import StreamMessage
 from tests.unit.delivery_world import World, rule
 
@@ -262,7 +263,7 @@ async def test_a_copy_of_a_published_occurrence_is_acknowledged_unrun() -> None:
     published = await publish(world)
     copied, original = await world.stream.read(2, 0)
     report = await world.dispatch(copied)
-    assert (report.acknowledged, report.outcome) == (True, schedule.FORGED)
+    assert (report.acknowledged, report.outcome) == (True, Ended.FORGED)
     assert world.runtime.requests == []
     assert world.dlq.entries == []
     [forged] = world.of(ev.OccurrenceForged)
@@ -279,7 +280,7 @@ async def test_a_never_published_occurrence_is_a_copy_too() -> None:
     world = world_with(nightly())
     envelope = schedule.encode(schedule.envelope("jobs", "jobs.nightly.handler", AT))
     report = await world.deliver(envelope)
-    assert (report.acknowledged, report.outcome) == (True, schedule.FORGED)
+    assert (report.acknowledged, report.outcome) == (True, Ended.FORGED)
     assert world.runtime.requests == []
 
 

@@ -52,6 +52,7 @@ from relay.application.settle import GROUP_MAX, GROUP_WAIT_S, Settler
 from relay.domain.commands import DispatchBatch, DispatchMessage
 from relay.domain.errors import DependencyUnavailable
 from relay.domain.events import DeliveryLost, EventMalformed, LedgerUnavailable
+from relay.domain.message_outcomes import Released
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import Malformed, MalformedRequest, MessageContext, StreamMessage, rfc3339
 
@@ -212,7 +213,7 @@ class MessageDispatcher:
         except BaseException:
             # Shutdown (or any error) before a claim ran to its end releases it: no
             # attempt charged. What did run is still recorded, shielded and bounded.
-            self._attempter.release_rest(d, claimed, runs, "shutdown")
+            self._attempter.release_rest(d, claimed, runs, Released.SHUTDOWN)
             await self._settler.now(d, runs)
             raise
         await self._settler.add(d, runs)

@@ -43,6 +43,7 @@ from relay.domain.invocation import (
     after_failure,
     exhaustion_reason,
 )
+from relay.domain.message_outcomes import Released
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import CLAIMED, AttemptReport, ClaimStatus, MessageContext
 
@@ -127,12 +128,12 @@ class Attempter:
                     # Asked only once a slot is held: invocations queued for the slot
                     # when the breaker opens must not all run against a dead downstream.
                     if not self._admitted(ctx, planned):
-                        return released(ctx, planned, status, "breaker_open")
+                        return released(ctx, planned, status, Released.BREAKER_OPEN)
                     result = await self._invoke(
                         ctx, payload, planned, lease.guard(timeout_ns), attempt
                     )
             except SlotUnavailable:
-                return released(ctx, planned, status, "slot_unavailable")
+                return released(ctx, planned, status, Released.SLOT_UNAVAILABLE)
             except LeaseLost as exc:
                 return released(ctx, planned, status, exc.reason)
         max_attempts = 1 + max(0, planned.rule.retries)

@@ -23,7 +23,7 @@ from relay.domain.events import (
 )
 from relay.domain.execution import InvocationResult
 from relay.domain.invocation import Complete, Release, Retry, Transition, expired_detail
-from relay.domain.message_outcomes import Acknowledged, PendingReason
+from relay.domain.message_outcomes import Acknowledged, Ended, PendingReason
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import (
     BACKOFF,
@@ -34,7 +34,7 @@ from relay.domain.outcome import (
     Settlement,
     split_field,
 )
-from relay.domain.schedule import FORGED, Envelope
+from relay.domain.schedule import Envelope
 
 
 def newly_exhausted_events(message_id: str, statuses: tuple[ClaimStatus, ...]) -> list[DomainEvent]:
@@ -119,7 +119,9 @@ def ended_event(message_id: str, occurrence: Envelope | None, ended: str) -> Dom
     """An occurrence acknowledged without a run: obsolete, skipped (overlap), or a
     copy (forged)."""
     assert occurrence is not None
-    kinds = {"skipped": OccurrenceSkipped, FORGED: OccurrenceForged}
+    kinds: dict[str, type[OccurrenceSkipped] | type[OccurrenceForged]] = {
+        Ended.SKIPPED: OccurrenceSkipped, Ended.FORGED: OccurrenceForged,
+    }
     kind = kinds.get(ended, OccurrenceObsolete)
     return kind(
         function=occurrence.function,

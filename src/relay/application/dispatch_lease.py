@@ -21,6 +21,7 @@ from relay.application.ports import Clock
 from relay.domain.errors import DependencyUnavailable
 from relay.domain.events import InvocationStarted, LeaseRenewed
 from relay.domain.execution import LeaseLost
+from relay.domain.message_outcomes import Released
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import ClaimStatus, MessageContext, RenewRequest, split_field
 
@@ -100,9 +101,11 @@ class Lease:
             try:
                 until = await self._renew(request)
             except DependencyUnavailable as exc:
-                raise LeaseLost("lease_unrenewable", str(exc)) from exc
+                raise LeaseLost(Released.LEASE_UNRENEWABLE, str(exc)) from exc
             if until == 0:
-                raise LeaseLost("lease_lost", "the claim was taken over before the handler ran")
+                raise LeaseLost(
+                    Released.LEASE_LOST, "the claim was taken over before the handler ran"
+                )
             self._since, self._lease_ms = asked, need_ms
             self._notify(
                 LeaseRenewed(

@@ -22,6 +22,7 @@ from relay.domain import classification as codec
 from relay.domain import schedule
 from relay.domain.execution import clamp_timeout_ns
 from relay.domain.invocation import invocation_field
+from relay.domain.message_outcomes import Ended
 from relay.domain.outcome import (
     BeginRequest,
     ClaimRequest,
@@ -180,7 +181,7 @@ def plan_occurrence(found: Occurrence) -> Plan:
         case OccurrenceWait(occurrence):
             return Plan(invocations=(), functions=(), occurrence=occurrence, waiting=True)
         case OccurrenceGone(occurrence):
-            return Plan(invocations=(), functions=(), occurrence=occurrence, ended="obsolete")
+            return Plan(invocations=(), functions=(), occurrence=occurrence, ended=Ended.OBSOLETE)
         case OccurrenceRun(occurrence, fn, rule):
             planned = Planned(
                 occurrence.field, fn.name, rule, fn.template, fn.ready, occurrence.occurrence_id
@@ -197,9 +198,9 @@ def plan_occurrence(found: Occurrence) -> Plan:
 
 def skipped(occurrence: Envelope) -> Plan:
     """``overlap: skip`` with an earlier occurrence not terminal: nothing runs."""
-    return Plan(invocations=(), functions=(), occurrence=occurrence, ended="skipped")
+    return Plan(invocations=(), functions=(), occurrence=occurrence, ended=Ended.SKIPPED)
 
 
 def forged(occurrence: Envelope) -> Plan:
     """Not the entry publish-if-new appended for its occurrence: nothing runs."""
-    return Plan(invocations=(), functions=(), occurrence=occurrence, ended=schedule.FORGED)
+    return Plan(invocations=(), functions=(), occurrence=occurrence, ended=Ended.FORGED)

@@ -46,6 +46,7 @@ from relay.application.dispatch_state import Delivery, Run
 from relay.application.ports import InvocationLedger
 from relay.domain.errors import DependencyUnavailable
 from relay.domain.events import LedgerUnavailable, MessageKeptPending
+from relay.domain.message_outcomes import Unsettled
 from relay.domain.messages import DomainEvent
 from relay.domain.outcome import FinishRequest, Settlement
 
@@ -146,7 +147,7 @@ class Settler:
             self._record_breakers(d, runs, None)
             for run in runs:
                 self._publish(run.events)
-            self.kept(d, "finish_failed")
+            self.kept(d, Unsettled.FINISH_FAILED)
             return
         rejected = set(settled.rejected)
         self._record_breakers(d, runs, rejected)
@@ -197,8 +198,8 @@ class Settler:
         d.end(False, reason)
 
     def malformed(self, d: Delivery, settlement: Settlement) -> None:
-        self._publish(settlement_events(d.message_id, settlement, outcome="malformed"))
-        d.end(settlement.acknowledged, "malformed")
+        self._publish(settlement_events(d.message_id, settlement, outcome=Unsettled.MALFORMED))
+        d.end(settlement.acknowledged, Unsettled.MALFORMED)
 
     # --- shared -------------------------------------------------------------------------
 

@@ -27,3 +27,29 @@ class PendingReason(StrEnum):
     RETRYING = "retrying"  # an attempt failed and backs off
     IN_PROGRESS = "in_progress"  # another invocation of the message still runs
     DLQ_FAILED = "dlq_failed"  # a dead-letter write failed; the ACK waits for it
+
+
+class Ended(StrEnum):
+    """How a schedule occurrence was acknowledged without running (its outcome)."""
+
+    OBSOLETE = "obsolete"  # its schedule was removed or changed
+    SKIPPED = "skipped"  # overlap: skip, and the previous occurrence is still unfinished
+    FORGED = "forged"  # a copy of the entry publish-if-new appended
+
+
+class Unsettled(StrEnum):
+    """Why a delivery left its message unsettled for a reason of its own (besides
+    :class:`PendingReason`): the ledger's answer never came, or the payload was bad."""
+
+    MALFORMED = "malformed"  # not a JSON object event, or too large: dead-lettered at once
+    FINISH_FAILED = "finish_failed"  # the finish call failed: the results are not recorded
+
+
+class Released(StrEnum):
+    """Why a claim was released unrun (no attempt charged; the message is redelivered)."""
+
+    BREAKER_OPEN = "breaker_open"
+    SLOT_UNAVAILABLE = "slot_unavailable"
+    LEASE_LOST = "lease_lost"  # another worker holds the claim now
+    LEASE_UNRENEWABLE = "lease_unrenewable"  # the ledger could not extend the lease
+    SHUTDOWN = "shutdown"

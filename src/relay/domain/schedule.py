@@ -195,7 +195,6 @@ def beyond_dedup_window(occurrence: Envelope, now_s: float) -> InvalidOccurrence
     )
 
 
-FORGED: Final = "forged"  # the outcome of a copy: acknowledged, never run, never dead-lettered
 FORGED_REASON: Final = (
     "a copy of a schedule occurrence: publish-if-new appended another entry for it "
     "(or none): not run"
