@@ -1,4 +1,4 @@
-"""The worker as ``bootstrap.compose()`` wires it, on in-memory fakes.
+"""The worker as ``composition.compose()`` wires it, on in-memory fakes.
 
 Unit tests that need a worker (or a use case with the commands it sends) build it
 here, through the real composition root, instead of wiring a copy of it by hand:
@@ -14,6 +14,7 @@ from typing import Any
 
 from relay.adapters.fs.discovery import FsFunctionSource
 from relay.application.bus import Audit, MessageBus
+from relay.application.composition import Composition, compose
 from relay.application.concurrency import Slots
 from relay.application.converge import ServiceConvergence
 from relay.application.git_sync import GitSyncing, SyncScheduler
@@ -28,7 +29,6 @@ from relay.application.reconcile import Reconciler
 from relay.application.registry import FunctionRegistry
 from relay.application.scheduler import OccurrencePublishing, Scheduler
 from relay.application.services import ServiceConverger
-from relay.bootstrap import Composition, compose
 from relay.domain import events as ev
 from relay.domain.commands import ConvergeServices, PublishOccurrence, SyncGit
 from relay.domain.dead_letters import StoredDeadLetter

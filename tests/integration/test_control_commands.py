@@ -1,6 +1,6 @@
 """The CLI's state-changing commands over the real control socket.
 
-A worker composed by ``bootstrap.compose()`` (on in-memory fakes) serves the real
+A worker composed by ``composition.compose()`` (on in-memory fakes) serves the real
 control socket; the real ``relay`` command line sends its commands to it: ``stats
 reset``, ``function breaker open|close`` and ``git sync`` change the live
 worker's state through it, and take their offline path only when no worker runs.

@@ -6,11 +6,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from relay.application.bus import MessageBus
+from relay.application.composition import compose
 from relay.application.concurrency import Slots
 from relay.application.dispatch import MessageReport
 from relay.application.ports import SecretStore
 from relay.application.registry import ActiveFunction, FunctionRegistry
-from relay.bootstrap import compose
 from relay.domain import events as ev
 from relay.domain.commands import DispatchBatch, DispatchMessage
 from relay.domain.messages import DomainEvent
@@ -60,7 +60,7 @@ DELIVERY_EVENTS: tuple[type[DomainEvent], ...] = (
 
 
 class World:
-    """The worker as ``bootstrap.compose()`` wires it, on in-memory fakes of every
+    """The worker as ``composition.compose()`` wires it, on in-memory fakes of every
     port; ``registry``: one of the test's (by default every function of the world
     is declared, as after a first full scan)."""
 

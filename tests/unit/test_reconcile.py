@@ -45,7 +45,7 @@ events:
 
 
 class World:
-    """The worker as ``bootstrap.compose()`` wires it, on fakes; the reconciler's
+    """The worker as ``composition.compose()`` wires it, on fakes; the reconciler's
     facts are recorded in ``events``."""
 
     def __init__(self, root: Path) -> None:

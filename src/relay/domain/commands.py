@@ -1,6 +1,6 @@
 """Commands: everything that changes Relay's state is one of these.
 
-Each area adds its commands here; ``relay.bootstrap.compose`` maps each to
+Each area adds its commands here; ``relay.application.composition.compose`` maps each to
 exactly one handler, and a unit test checks the table is complete. The control
 commands travel over the control socket as they are (see
 ``relay.adapters.control.protocol``).
