@@ -302,11 +302,18 @@ class InMemoryImageBuilder:
     raise ``BuildError`` with that text; set ``gate`` to hold every prepare until
     the event is set. ``builds``, ``prepares``, ``retired`` (function, keep) and
     ``in_use`` (images a draining container still holds, never retired) record
-    what happened.
+    what happened. Two builders given one ``images`` and one ``recent`` (the
+    images built within the grace) are two workers on one engine: ``retire``
+    removes this builder's own superseded images, and another's only once it is
+    no longer recent, as the Docker builder does.
     """
 
-    def __init__(self) -> None:
-        self.images: dict[str, set[str]] = {}
+    def __init__(
+        self, images: dict[str, set[str]] | None = None, recent: set[str] | None = None
+    ) -> None:
+        self.images: dict[str, set[str]] = {} if images is None else images
+        self.recent: set[str] = set() if recent is None else recent
+        self.prepared: set[str] = set()  # this builder's (it may retire them at once)
         self.failures: dict[str, str] = {}
         self.gate: anyio.Event | None = None
         self.builds: list[str] = []
@@ -327,9 +334,11 @@ class InMemoryImageBuilder:
         runtime, fp, image = _planned(function, directory, template)
         existing = self.images.setdefault(function, set())
         built = image not in existing
+        self.prepared.add(image)
         if built:
             self.builds.append(image)
             existing.add(image)
+            self.recent.add(image)
         return FunctionImage(
             function=function,
             runtime=runtime,
@@ -342,8 +351,13 @@ class InMemoryImageBuilder:
     async def retire(self, function: str, keep: Collection[str]) -> list[str]:
         self.retired.append((function, tuple(keep)))
         images = self.images.get(function, set())
-        gone = sorted(i for i in images if i not in keep and i not in self.in_use)
+        gone = sorted(
+            i for i in images
+            if i not in keep and i not in self.in_use
+            and (i in self.prepared or i not in self.recent)  # another's fresh one stays
+        )
         images.difference_update(gone)
+        self.prepared.difference_update(gone)
         self.removed_images.extend(gone)
         return gone
 

@@ -5,7 +5,7 @@ removed at the end)."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import aiodocker
@@ -50,8 +50,12 @@ def module_labels(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
 
 
 class Bed:
-    def __init__(self, builder: ImageBuilder, name: str, directory: Path) -> None:
+    def __init__(
+        self, builder: ImageBuilder, name: str, directory: Path,
+        another: Callable[[], ImageBuilder] | None = None,
+    ) -> None:
         self.builder = builder
+        self.another = another  # a second worker's builder on the same engine
         self.name = name
         self.directory = directory
         (directory / "events").mkdir(parents=True)
@@ -73,7 +77,8 @@ class Bed:
 class MemoryBed(Bed):
     def __init__(self, name: str, directory: Path) -> None:
         self.fake = InMemoryImageBuilder()
-        super().__init__(self.fake, name, directory)
+        super().__init__(self.fake, name, directory,
+                         lambda: InMemoryImageBuilder(self.fake.images, self.fake.recent))
 
     def break_install(self) -> None:
         super().break_install()
@@ -92,7 +97,8 @@ async def bed(request: pytest.FixtureRequest, tmp_path: Path, unique: str) -> As
     request.getfixturevalue("docker_cleanup")  # removes the tags naming ``unique``
     labels: dict[str, str] = request.getfixturevalue("module_labels")
     async with aiodocker.Docker() as docker:
-        yield Bed(DockerImageBuilder(docker, labels=labels), name, directory)
+        yield Bed(DockerImageBuilder(docker, labels=labels), name, directory,
+                  lambda: DockerImageBuilder(docker, labels=labels))
 
 
 async def test_prepare_builds_once_then_reuses(bed: Bed) -> None:
@@ -150,3 +156,24 @@ async def test_retire_removes_what_is_not_kept(bed: Bed) -> None:
 
 async def test_retire_of_an_unknown_function_removes_nothing(bed: Bed) -> None:
     assert await bed.builder.retire(f"{bed.name}-never", keep=[]) == []
+
+
+async def test_retire_leaves_another_workers_fresh_image_of_the_same_name(bed: Bed) -> None:
+    """Two workers on one engine serving a function of one name from other sources
+    (a rolling deploy, or two teams' directories): neither retires the other's
+    image while it is fresh (its containers may not have started yet); each still
+    retires its own superseded one at once."""
+    assert bed.another is not None
+    other = bed.another()
+    mine = await bed.prepare()
+    (bed.directory / "events" / "created.py").write_text(HANDLER + "# theirs\n")
+    theirs = await other.prepare(bed.name, bed.directory, bed.template())
+    assert theirs.image != mine.image
+    assert await bed.builder.retire(bed.name, keep=[mine.image]) == []
+    assert await other.retire(bed.name, keep=[theirs.image]) == []
+    (bed.directory / "events" / "created.py").write_text(HANDLER + "# mine, v2\n")
+    newer = await bed.prepare()
+    assert await bed.builder.retire(bed.name, keep=[newer.image]) == [mine.image]
+    (bed.directory / "events" / "created.py").write_text(HANDLER + "# theirs\n")
+    again = await other.prepare(bed.name, bed.directory, bed.template())
+    assert (again.image, again.built) == (theirs.image, False)  # never removed

@@ -428,6 +428,7 @@ async def test_dependency_images_are_collected_only_when_unreferenced(
     # Another worker with the default grace keeps a dependency image that young
     # (it might be the base of a build still running elsewhere).
     careful = DockerImageBuilder(docker, labels=docker_cleanup.labels)
+    await prepare(careful, f"{unique}-one", EXAMPLES / "user-events-python")  # its own too
     assert await careful.retire(f"{unique}-one", keep=[]) == [one.image]
     assert docker_engine.client.images.get(str(one.dependency_image))
     assert await builder.collect_dependency_images() == [f"{one.dependency_image}:latest"]

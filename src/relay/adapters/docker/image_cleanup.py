@@ -31,6 +31,9 @@ class BuildsInFlight:
     def __init__(self) -> None:
         self.pinned: Counter[str] = Counter()
         self.running = 0
+        # every function image this builder prepared (built or reused) in this
+        # process: its own to retire at once; another's only once past the grace
+        self.prepared: set[str] = set()
 
     def is_pinned(self, tags: Collection[str]) -> bool:
         return any(self.pinned[normal(t)] > 0 for t in tags)
@@ -57,16 +60,27 @@ class DockerImageCleaner:
         names, ids = await self._container_references()
         keep_set = {normal(k) for k in keep}
         removed: list[str] = []
+        horizon = time.time() - self._collect_grace
         for image in images:
             tags = tags_of(image)
             if keep_set & {*tags, image["Id"]}:
                 continue
             if self._in_flight.is_pinned(tags):
                 continue
+            if tags and not self._in_flight.prepared & {normal(t) for t in tags} and (
+                float(image.get("Created") or 0) > horizon
+            ):
+                # Tagged, not this worker's, and just built: another worker on this engine
+                # serving a function of the same name from other sources, whose
+                # containers may not have started yet (a later pass retires it
+                # once it is past the grace and unused).
+                log.debug("function_image_not_ours", function=function, image=tags)
+                continue
             if image["Id"] in ids or names & {normal(t) for t in tags}:
                 log.info("function_image_in_use", function=function, image=tags or image["Id"])
                 continue
             removed.extend(await self._remove(tags or [image["Id"]]))
+            self._in_flight.prepared.difference_update(normal(t) for t in tags)
         await self._collect_stages("function", f"relay.function={function}")
         if removed:
             await self.collect_dependency_images()

@@ -93,7 +93,10 @@ class DockerImageBuilder:
     ``collect_grace`` (default: the build timeout) protects images built that
     recently from collection: an unreferenced dependency image or a failed
     build's leftover may still be the base of a build running in another
-    worker on the same engine.
+    worker on the same engine, and a function image this builder never prepared
+    may be another worker's (same function name, other sources) whose
+    containers have not started yet. ``retire`` removes this builder's own
+    superseded images at once.
 
     ``labels`` are added to every image built and narrow what cleanup looks at
     (tests use them to own exactly their images); they also enter the
@@ -143,6 +146,7 @@ class DockerImageBuilder:
         plan = await self._plan(function, directory, template)
         tag, dep_tag = plan.image.image, plan.dependency_tag
         async with self._lock(tag):
+            self._in_flight.prepared.add(normal(tag))  # this worker's: it may retire it
             existing = await self._inspect(tag)
             if existing is not None and labels_of(existing).get("relay.build") == plan.recipe:
                 # DEBUG: every periodic full pass gets here for every function;
