@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -35,10 +36,11 @@ async def test_trace_dead_letters_and_backlog_through_the_workers_client(
     async with AsyncExitStack() as stack:
         broker = await open_broker(stack, settings, SystemClock())
         reads = ConsoleReads(broker, stream=stream, group=group)
-        client = redis.asyncio.Redis.from_url(redis_url)  # the test's own writes
+        # the test's own writes (typed loosely, as the driver's stubs want bytes keys)
+        client: Any = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
         stack.push_async_callback(client.aclose)
         try:
-            message_id = (await client.xadd(stream, {"event": '{"kind": "x"}'})).decode()
+            message_id = await client.xadd(stream, {"event": '{"kind": "x"}'})
             entry = DeadLetterEntry(original_stream=stream, original_id=message_id,
                                     group=group, consumer="w", event='{"kind": "x"}',
                                     reason="boom", function="fn", handler="h")
