@@ -24,15 +24,13 @@ from pathlib import Path
 import anyio
 import structlog
 from aiohttp import web
-from anyio.abc import TaskStatus
 
 from relay.adapters.git.files import GitPaths
 from relay.adapters.git.store import GitStore
 from relay.adapters.git.webhook_guard import (
     HEADER_ALLOWANCE,
     ConnectionGuard,
-    close_runner,
-    listen_guarded,
+    GuardedEndpoint,
 )
 from relay.application.bus import Send
 from relay.application.git_sync import SyncScheduler
@@ -59,8 +57,11 @@ REMEMBERED_DELIVERIES = 1024
 Notify = Callable[[DomainEvent], None]
 
 
-class WebhookServer:
+class WebhookServer(GuardedEndpoint):
     """The aiohttp app and its lifetime inside the worker's task group."""
+
+    path = PATH
+    variable = "GIT_WEBHOOK_ADDR"
 
     def __init__(
         self,
@@ -76,36 +77,20 @@ class WebhookServer:
         max_waiting: int = MAX_WEBHOOK_WAITING,
         read_deadline_s: float = WEBHOOK_READ_DEADLINE_S,
     ) -> None:
-        self.host = host
-        self.port = port
+        guard = ConnectionGuard(
+            limit=max_connections, waiting=max_waiting, deadline_s=read_deadline_s,
+            max_bytes=max_body_bytes + HEADER_ALLOWANCE,
+        )
+        super().__init__(host, port, guard, max_body_bytes)
         self.source = source
         self._secrets = secrets
         self._request_sync = request_sync
         self._notify = notify
-        self._max_body = max_body_bytes
-        self.guard = ConnectionGuard(
-            limit=max_connections, waiting=max_waiting, deadline_s=read_deadline_s,
-            max_bytes=max_body_bytes + HEADER_ALLOWANCE,
-        )
         self._accepted: OrderedDict[str, None] = OrderedDict()
-        self.bound_port: int | None = None
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def addr(self) -> str:
-        return f"{self.host}:{self.bound_port or self.port}"
-
-    def app(self) -> web.Application:
-        # client_max_size + 1 so that exactly max_body bytes still read; more is 413
-        app = web.Application(client_max_size=self._max_body + 1)
-        app.router.add_post(PATH, self.handle)
-        return app
 
     async def bind(self) -> None:
         """Listen, or raise :class:`RelayError` in one line (a taken port is fatal)."""
-        self._runner, self.bound_port = await listen_guarded(
-            self.app(), self.host, self.port, self.guard, "GIT_WEBHOOK_ADDR"
-        )
+        await super().bind()
         _log.info("git_webhook_listening", addr=self.addr, path=PATH,
                   detail=f"Webhook http server listening on {self.addr}")
         if self.source.webhook_secret is None:
@@ -114,23 +99,6 @@ class WebhookServer:
                 detail="no --webhook-secret is configured: the endpoint is unauthenticated "
                 "and anyone who can reach it can trigger a sync",
             )
-
-    async def aclose(self) -> None:
-        runner, self._runner = self._runner, None
-        await close_runner(runner)
-
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until cancelled; binds first unless :meth:`bind` already did (the
-        worker binds during start-up, so a taken port fails it in one line)."""
-        owned = self._runner is None
-        if owned:
-            await self.bind()
-        task_status.started()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            if owned:
-                await self.aclose()
 
     async def handle(self, request: web.Request) -> web.Response:
         answered, response = await self._answer(request)

@@ -31,6 +31,7 @@ from typing import cast
 import anyio
 import structlog
 from aiohttp import web
+from anyio.abc import TaskStatus
 
 from relay.domain.errors import RelayError
 
@@ -260,3 +261,57 @@ async def close_runner(runner: web.AppRunner | None) -> None:
     if runner is not None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             await runner.cleanup()
+
+
+class GuardedEndpoint:
+    """One POST endpoint behind a :class:`ConnectionGuard` (the git webhook, HTTP
+    ingest): binding, serving and closing, shared. A subclass sets ``path`` and
+    ``variable`` (the setting named in a bind error), implements ``handle``, and
+    may extend :meth:`bind` (load a token first, log what it listens on)."""
+
+    path = "/"
+    variable = "ADDR"
+
+    def __init__(self, host: str, port: int, guard: ConnectionGuard, max_body_bytes: int) -> None:
+        self.host = host
+        self.port = port
+        self.guard = guard
+        self._max_body = max_body_bytes
+        self.bound_port: int | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.bound_port or self.port}"
+
+    def app(self) -> web.Application:
+        # client_max_size + 1 so that exactly max_body bytes still read; more is 413
+        app = web.Application(client_max_size=self._max_body + 1)
+        app.router.add_post(self.path, self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.Response:
+        raise NotImplementedError
+
+    async def bind(self) -> None:
+        """Listen, or raise :class:`RelayError` in one line (a taken port is fatal)."""
+        self._runner, self.bound_port = await listen_guarded(
+            self.app(), self.host, self.port, self.guard, self.variable
+        )
+
+    async def aclose(self) -> None:
+        runner, self._runner = self._runner, None
+        await close_runner(runner)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; binds first unless :meth:`bind` already did (the
+        worker binds during start-up, so a taken port fails it in one line)."""
+        owned = self._runner is None
+        if owned:
+            await self.bind()
+        task_status.started()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            if owned:
+                await self.aclose()

@@ -23,13 +23,11 @@ from typing import Any
 import anyio
 import structlog
 from aiohttp import web
-from anyio.abc import TaskStatus
 
 from relay.adapters.git.webhook_guard import (
     HEADER_ALLOWANCE,
     ConnectionGuard,
-    close_runner,
-    listen_guarded,
+    GuardedEndpoint,
 )
 from relay.adapters.ingest.tokens import IngestTokens
 from relay.application.ports import EventPublisher
@@ -52,8 +50,11 @@ _log = structlog.get_logger("relay.ingest")
 Reply = tuple[int, dict[str, Any]]
 
 
-class IngestServer:
+class IngestServer(GuardedEndpoint):
     """The aiohttp app and its lifetime inside the worker's task group."""
+
+    path = PATH
+    variable = "INGEST_ADDR"
 
     def __init__(
         self,
@@ -69,63 +70,31 @@ class IngestServer:
         read_deadline_s: float = READ_DEADLINE_S,
         waiting: int = WAITING_CONNECTIONS,
     ) -> None:
-        self.host = host
-        self.port = port
+        # read twice the request cap at once: the ones over it get their 429
+        # instead of a silent wait (memory: limit * (max_body + headers) at most)
+        guard = ConnectionGuard(
+            limit=2 * max_requests, waiting=waiting, deadline_s=read_deadline_s,
+            max_bytes=max_body_bytes + HEADER_ALLOWANCE, label="ingest",
+        )
+        super().__init__(host, port, guard, max_body_bytes)
         self._publisher = publisher
         self.tokens = tokens
         self._notify = notify
         self._max_event = max_event_bytes
-        self._max_body = max_body_bytes
         self._max_requests = max_requests
         self._deadline_s = read_deadline_s
         self.in_flight = 0
-        # read twice the request cap at once: the ones over it get their 429
-        # instead of a silent wait (memory: limit * (max_body + headers) at most)
-        self.guard = ConnectionGuard(
-            limit=2 * max_requests, waiting=waiting, deadline_s=read_deadline_s,
-            max_bytes=max_body_bytes + HEADER_ALLOWANCE, label="ingest",
-        )
-        self.bound_port: int | None = None
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def addr(self) -> str:
-        return f"{self.host}:{self.bound_port or self.port}"
-
-    def app(self) -> web.Application:
-        # client_max_size + 1 so that exactly max_body bytes still read; more is 413
-        app = web.Application(client_max_size=self._max_body + 1)
-        app.router.add_post(PATH, self.handle)
-        return app
 
     async def bind(self) -> None:
         """Load the token and listen, or raise :class:`RelayError` in one line."""
         await self.tokens.load()
-        self._runner, self.bound_port = await listen_guarded(
-            self.app(), self.host, self.port, self.guard, "INGEST_ADDR"
-        )
+        await super().bind()
         _log.info("ingest_listening", addr=self.addr, path=PATH,
                   authenticated=self.tokens.required,
                   detail=f"HTTP ingest listening on {self.addr}")
         if not self.tokens.required:  # allowed on loopback only (configuration checks it)
             _log.warning("ingest_unauthenticated", addr=self.addr,
                          detail="no INGEST_TOKEN_SECRET: anything on this host can publish")
-
-    async def aclose(self) -> None:
-        runner, self._runner = self._runner, None
-        await close_runner(runner)
-
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until cancelled; binds first unless :meth:`bind` already did."""
-        owned = self._runner is None
-        if owned:
-            await self.bind()
-        task_status.started()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            if owned:
-                await self.aclose()
 
     async def handle(self, request: web.Request) -> web.Response:
         if self.in_flight >= self._max_requests:
