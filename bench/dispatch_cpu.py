@@ -204,7 +204,7 @@ async def relay_round(events: int) -> float:
         clock=SystemClock(),
         tokens=RandomTokenSource(),
         max_event_bytes=256 * 1024,
-        notify=bus.notify,
+        notify=bus.emit,
     )
     bus.register(DispatchBatch, dispatcher.handle_batch)
     subscribe_delivery_log(bus)

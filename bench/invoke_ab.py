@@ -110,7 +110,7 @@ async def main(args: argparse.Namespace, image: str) -> None:
             # older runtimes published batches to the bus; newer ones notify it at once
             params = inspect.signature(module.DockerContainerRuntime).parameters
             wiring: dict[str, Any] = (
-                {"publish": bus.publish} if "publish" in params else {"observer": bus.notify}
+                {"publish": bus.emit} if "publish" in params else {"observer": bus.emit}
             )
             if args.direct:
                 wiring["direct_dir"] = Path(tempfile.mkdtemp(prefix="relay-ab-")) / "containers"
