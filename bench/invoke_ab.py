@@ -109,8 +109,12 @@ async def main(args: argparse.Namespace, image: str) -> None:
             subscribe(bus, Metrics())
             # older runtimes published batches to the bus; newer ones notify it at once
             params = inspect.signature(module.DockerContainerRuntime).parameters
+            async def publish(events: Any, bus: MessageBus = bus) -> None:
+                for event in events:
+                    bus.emit(event)
+
             wiring: dict[str, Any] = (
-                {"publish": bus.emit} if "publish" in params else {"observer": bus.emit}
+                {"publish": publish} if "publish" in params else {"observer": bus.emit}
             )
             if args.direct:
                 wiring["direct_dir"] = Path(tempfile.mkdtemp(prefix="relay-ab-")) / "containers"
