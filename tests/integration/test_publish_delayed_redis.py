@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from relay.adapters.redis.keys import delayed_events_key, delayed_key
 from relay.adapters.redis.producer import MOVE_BATCH, DelayedMover, RedisEventPublisher
 from relay.domain.publication import InvalidPublication, Publication, delayed_due, key_record
 from relay.entrypoints.cli import app
+from tests.integration.racing import race
 from tests.json_schemas import assert_matches_schema
 from tests.testbed import RedisServer
 
@@ -220,19 +219,7 @@ def test_two_processes_publishing_one_key_at_once_make_one_entry(
 ) -> None:
     stream = f"{unique}-events"
     go = tmp_path / "go"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _PUBLISHER, redis_url, stream, str(go), str(n)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-        for n in range(2)
-    ]
-    go.touch()
-    answers: list[str] = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err.decode()
-        answers += out.decode().split()
+    answers = race(_PUBLISHER, [redis_url, stream], go)
     assert len(answers) == 10
     assert len(set(answers)) == 1
     client = redis.Redis.from_url(redis_url)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from relay.domain.publication import InvalidPublication, Publication
 from relay.entrypoints.cli import app
 from tests.fakes import FakeClock
 from tests.integration.broker_rows import read_held, rows
+from tests.integration.racing import race
 
 pytestmark = pytest.mark.anyio
 
@@ -236,19 +236,7 @@ anyio.run(main)
 def test_two_processes_publishing_one_key_at_once_make_one_job(path: Path, tmp_path: Path) -> None:
     BrokerStore(path, SystemClock()).close()  # the file exists before both open it
     go = tmp_path / "go"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _PUBLISHER, str(path), str(go), str(n)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-        for n in range(2)
-    ]
-    go.touch()
-    answers: list[str] = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err.decode()
-        answers += out.decode().split()
+    answers = race(_PUBLISHER, [str(path)], go)
     assert len(answers) == 20
     assert len(set(answers)) == 1  # every publish answered with the one job's id
     assert rows(path, "SELECT count(*) FROM jobs") == [(1,)]
